@@ -1,0 +1,86 @@
+// See cpu_features.h. The override is an atomic so kernels running on pool threads see a
+// force_isa() made on the test thread without further synchronisation.
+#include "kernels/cpu/cpu_features.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "common/error.h"
+
+namespace dnnfusion::kernels {
+namespace {
+
+constexpr int kNoOverride = -1;
+std::atomic<int> g_forced{kNoOverride};
+
+Isa detect() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+#endif
+  return Isa::Scalar;
+}
+
+// Environment override, parsed once; kNoOverride when unset or empty.
+int env_override() {
+  static const int value = [] {
+    const char* s = std::getenv("DNNFUSION_ISA");
+    if (s == nullptr || *s == '\0') return kNoOverride;
+    Isa isa;
+    if (std::strcmp(s, "scalar") == 0) {
+      isa = Isa::Scalar;
+    } else if (std::strcmp(s, "avx2") == 0) {
+      isa = Isa::Avx2;
+    } else if (std::strcmp(s, "avx512") == 0) {
+      isa = Isa::Avx512;
+    } else {
+      DNNF_THROW("DNNFUSION_ISA='", s, "' is not valid; allowed values: scalar, avx2, avx512");
+    }
+    if (!isa_supported(isa))
+      DNNF_THROW("DNNFUSION_ISA=", s, " but this CPU only supports up to ", isa_name(best_isa()));
+    return static_cast<int>(isa);
+  }();
+  return value;
+}
+
+}  // namespace
+
+Isa best_isa() {
+  static const Isa isa = detect();
+  return isa;
+}
+
+bool isa_supported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(best_isa()); }
+
+Isa active_isa() {
+  int f = g_forced.load(std::memory_order_relaxed);
+  if (f != kNoOverride) return static_cast<Isa>(f);
+  int e = env_override();
+  if (e != kNoOverride) return static_cast<Isa>(e);
+  return best_isa();
+}
+
+void force_isa(Isa isa) {
+  if (!isa_supported(isa))
+    DNNF_THROW("cannot force ISA ", isa_name(isa), ": this CPU only supports up to ",
+               isa_name(best_isa()));
+  g_forced.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+void reset_isa() { g_forced.store(kNoOverride, std::memory_order_relaxed); }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::Scalar: return "scalar";
+    case Isa::Avx2: return "avx2";
+    case Isa::Avx512: return "avx512";
+  }
+  return "unknown";
+}
+
+}  // namespace dnnfusion::kernels

@@ -1,0 +1,353 @@
+// GEMM driver: task split, cache blocking, packing, edge tiles; plus the portable scalar
+// micro-kernel. See gemm.h for the contract and gemm_ukernel.h for the micro-kernel interface.
+#include "kernels/cpu/gemm.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <new>
+
+#include "common/error.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace dnnfusion::kernels {
+namespace gemm_detail {
+namespace {
+
+// Packing buffers live per thread and only grow: a GEMM per layer must not hit the allocator.
+struct AlignedBuffer {
+  float* ptr = nullptr;
+  size_t cap = 0;  // floats
+  AlignedBuffer() = default;
+  AlignedBuffer(const AlignedBuffer&) = delete;
+  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
+  ~AlignedBuffer() { std::free(ptr); }
+  float* get(size_t n) {
+    if (n > cap) {
+      std::free(ptr);
+      ptr = nullptr;
+      cap = 0;
+      size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
+      ptr = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (ptr == nullptr) throw std::bad_alloc();
+      cap = bytes / sizeof(float);
+    }
+    return ptr;
+  }
+};
+
+thread_local AlignedBuffer tl_pack_a;
+thread_local AlignedBuffer tl_pack_b;
+
+inline float activate(float v, Activation act) {
+  // Written so that NaN passes through unchanged, as torch.relu / hardtanh do.
+  switch (act) {
+    case Activation::None: return v;
+    case Activation::Relu: return v < 0.f ? 0.f : v;
+    case Activation::Relu6: return v < 0.f ? 0.f : (v > 6.f ? 6.f : v);
+  }
+  return v;
+}
+
+constexpr int kScalarMR = 4, kScalarNR = 8;
+
+// Plain loops over a small accumulator tile; -O3 vectorises it with baseline SSE2.
+void ukernel_scalar(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
+                    const UkArgs& args) {
+  float acc[kScalarMR][kScalarNR] = {};
+  for (int64_t k = 0; k < kc; ++k) {
+    for (int i = 0; i < kScalarMR; ++i) {
+      const float a = Ap[i];
+      for (int j = 0; j < kScalarNR; ++j) acc[i][j] += a * Bp[j];
+    }
+    Ap += kScalarMR;
+    Bp += kScalarNR;
+  }
+  for (int i = 0; i < kScalarMR; ++i) {
+    float* c = C + i * ldc;
+    for (int j = 0; j < kScalarNR; ++j) {
+      float v = acc[i][j];
+      if (args.beta != 0.f) v += args.beta * c[j];
+      if (args.brow) v += args.brow[i];
+      if (args.bcol) v += args.bcol[j];
+      c[j] = activate(v, args.act);
+    }
+  }
+}
+
+constexpr UkInfo kScalarInfo{kScalarMR, kScalarNR, &ukernel_scalar, 256, 1024, 128};
+
+const UkInfo& select_ukernel() {
+  switch (active_isa()) {
+    case Isa::Avx512: return *ukernel_avx512();
+    case Isa::Avx2: return *ukernel_avx2();
+    case Isa::Scalar: break;
+  }
+  return kScalarInfo;
+}
+
+// Packs rows [i0,i0+mc) x cols [k0,k0+kc) of alpha*A into MR-row panels (k-major inside a panel),
+// zero rows past the end so the micro-kernel never needs a row count.
+void pack_a(MatrixView A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr, float alpha,
+            float* dst) {
+  for (int64_t ip = 0; ip < mc; ip += mr) {
+    const int rows = static_cast<int>(std::min<int64_t>(mr, mc - ip));
+    const float* base = A.data + (i0 + ip) * A.rs + k0 * A.cs;
+    if (A.cs == 1 && rows == mr) {
+      // Row-major A: walk the mr rows in lockstep so the panel is written contiguously (a row at a
+      // time with strided stores runs several times slower).
+      const float* rp[16];
+      for (int r = 0; r < mr; ++r) rp[r] = base + r * A.rs;
+      for (int64_t k = 0; k < kc; ++k) {
+        float* d = dst + k * mr;
+        for (int r = 0; r < mr; ++r) d[r] = alpha * rp[r][k];
+      }
+    } else {
+      for (int64_t k = 0; k < kc; ++k) {
+        const float* src = base + k * A.cs;
+        float* d = dst + k * mr;
+        int r = 0;
+        for (; r < rows; ++r) d[r] = alpha * src[r * A.rs];
+        for (; r < mr; ++r) d[r] = 0.f;
+      }
+    }
+    dst += static_cast<int64_t>(mr) * kc;
+  }
+}
+
+// One task: rows [m0,m1) x cols [n0,n1) of batch entry b, all of K.
+void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo& uk, int64_t b,
+                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+  const int MR = uk.mr, NR = uk.nr;
+  const int64_t K = p.K, ldc = p.ldc;
+  const MatrixView A = p.a(b);
+  float* C = p.c(b);
+  const float* bias = ep.bias_mode == GemmEpilogue::Bias::None ? nullptr : p.bias(b);
+  const bool row_bias = ep.bias_mode == GemmEpilogue::Bias::PerRow;
+  const bool col_bias = ep.bias_mode == GemmEpilogue::Bias::PerCol;
+
+  // Balanced K blocks: K=576 with KC=384 becomes 2x288 rather than 384+192.
+  const int64_t nkb = (K + uk.kc - 1) / uk.kc;
+  const int64_t kc_blk = ((K + nkb - 1) / nkb + 7) / 8 * 8;
+
+  alignas(64) float tmp[16 * 32];  // edge tiles: MR <= 16, NR <= 32 for every micro-kernel
+
+  for (int64_t jc = n0; jc < n1; jc += uk.nc) {
+    const int64_t nc = std::min(uk.nc, n1 - jc);
+    const int64_t nc_pad = (nc + NR - 1) / NR * NR;
+    for (int64_t pc = 0; pc < K; pc += kc_blk) {
+      const int64_t kc = std::min(kc_blk, K - pc);
+      const bool first = pc == 0, last = pc + kc == K;
+      float* Bp = tl_pack_b.get(static_cast<size_t>(nc_pad * kc));
+      p.pack_b(b, pc, kc, jc, nc, NR, Bp);
+      for (int64_t ic = m0; ic < m1; ic += uk.mc) {
+        const int64_t mc = std::min(uk.mc, m1 - ic);
+        const int64_t mc_pad = (mc + MR - 1) / MR * MR;
+        float* Ap = tl_pack_a.get(static_cast<size_t>(mc_pad * kc));
+        pack_a(A, ic, mc, pc, kc, MR, ep.alpha, Ap);
+        for (int64_t ir = 0; ir < mc; ir += MR) {
+          const int64_t i = ic + ir;
+          const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mc - ir));
+          const float* ap = Ap + ir * kc;
+          for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t j = jc + jr;
+            const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nc - jr));
+            const float* bp = Bp + jr * kc;
+            UkArgs args{first ? ep.beta : 1.f, (first && row_bias) ? bias + i : nullptr,
+                        (first && col_bias) ? bias + j : nullptr,
+                        last ? ep.act : Activation::None};
+            float* c = C + i * ldc + j;
+            if (mr_eff == MR && nr_eff == NR) {
+              uk.fn(kc, ap, bp, c, ldc, args);
+            } else {
+              const UkArgs plain{0.f, nullptr, nullptr, Activation::None};
+              uk.fn(kc, ap, bp, tmp, NR, plain);
+              for (int r = 0; r < mr_eff; ++r) {
+                float* cr = c + r * ldc;
+                const float* t = tmp + r * NR;
+                for (int q = 0; q < nr_eff; ++q) {
+                  float v = t[q];
+                  if (args.beta != 0.f) v += args.beta * cr[q];
+                  if (args.brow) v += args.brow[r];
+                  if (args.bcol) v += args.bcol[q];
+                  cr[q] = activate(v, args.act);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// K == 0: no products, only the epilogue.
+void epilogue_only(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par) {
+  const int64_t rows = p.batch * p.M;
+  par.parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.N)),
+                   [&](int64_t r0, int64_t r1) {
+                     for (int64_t r = r0; r < r1; ++r) {
+                       const int64_t b = r / p.M, i = r % p.M;
+                       float* c = p.c(b) + i * p.ldc;
+                       const float* bias =
+                           ep.bias_mode == GemmEpilogue::Bias::None ? nullptr : p.bias(b);
+                       for (int64_t j = 0; j < p.N; ++j) {
+                         float v = ep.beta != 0.f ? ep.beta * c[j] : 0.f;
+                         if (ep.bias_mode == GemmEpilogue::Bias::PerRow) v += bias[i];
+                         if (ep.bias_mode == GemmEpilogue::Bias::PerCol) v += bias[j];
+                         c[j] = activate(v, ep.act);
+                       }
+                     }
+                   });
+}
+
+struct StridedProblem final : BatchedProblem {
+  MatrixView A, B;
+  int64_t sa = 0, sb = 0, sc = 0;
+  float* C = nullptr;
+  const float* bias_ptr = nullptr;
+  MatrixView a(int64_t b) const override { return {A.data + b * sa, A.rs, A.cs}; }
+  void pack_b(int64_t b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
+              float* dst) const override {
+    pack_b_strided({B.data + b * sb, B.rs, B.cs}, k0, kc, j0, nc, nr, dst);
+  }
+  float* c(int64_t b) const override { return C + b * sc; }
+  const float* bias(int64_t) const override { return bias_ptr; }
+};
+
+// Row-major B: stream each source row once, left to right, dealing it out to the panels.
+// (Panel-by-panel would revisit kc distant rows per panel, defeating the prefetcher.) NR is a
+// compile-time constant so full panels copy as straight vector moves.
+template <int NR>
+void pack_b_rows(MatrixView B, int64_t k0, int64_t kc, int64_t j0, int64_t panels, int last_cols,
+                 float* dst) {
+  const int64_t full = last_cols == NR ? panels : panels - 1;
+  for (int64_t k = 0; k < kc; ++k) {
+    const float* src = B.data + (k0 + k) * B.rs + j0;
+    float* d = dst + k * NR;
+    for (int64_t p = 0; p < full; ++p, src += NR, d += NR * kc) {
+      for (int q = 0; q < NR; ++q) d[q] = src[q];
+    }
+    if (full < panels) {
+      int q = 0;
+      for (; q < last_cols; ++q) d[q] = src[q];
+      for (; q < NR; ++q) d[q] = 0.f;
+    }
+  }
+}
+
+}  // namespace
+
+void pack_b_strided(MatrixView B, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
+                    float* dst) {
+  const int64_t panels = (nc + nr - 1) / nr;
+  const int last_cols = static_cast<int>(nc - (panels - 1) * nr);
+  if (B.cs == 1) {
+    switch (nr) {
+      case 8: pack_b_rows<8>(B, k0, kc, j0, panels, last_cols, dst); return;
+      case 16: pack_b_rows<16>(B, k0, kc, j0, panels, last_cols, dst); return;
+      case 32: pack_b_rows<32>(B, k0, kc, j0, panels, last_cols, dst); return;
+      default: break;
+    }
+  }
+  for (int64_t p = 0; p < panels; ++p, dst += static_cast<int64_t>(nr) * kc) {
+    const int cols = p + 1 == panels ? last_cols : nr;
+    const float* base = B.data + k0 * B.rs + (j0 + p * nr) * B.cs;
+    if (B.rs == 1 && cols == nr) {
+      // Column-major B (e.g. K^T in attention): walk the nr columns in lockstep so the panel is
+      // written contiguously.
+      const float* cp[32];
+      for (int q = 0; q < nr; ++q) cp[q] = base + q * B.cs;
+      for (int64_t k = 0; k < kc; ++k) {
+        float* d = dst + k * nr;
+        for (int q = 0; q < nr; ++q) d[q] = cp[q][k];
+      }
+      continue;
+    }
+    for (int64_t k = 0; k < kc; ++k) {
+      const float* src = base + k * B.rs;
+      float* d = dst + k * nr;
+      int q = 0;
+      for (; q < cols; ++q) d[q] = src[q * B.cs];
+      for (; q < nr; ++q) d[q] = 0.f;
+    }
+  }
+}
+
+void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par) {
+  DNNF_CHECK(p.batch >= 0 && p.M >= 0 && p.N >= 0 && p.K >= 0, "sgemm: negative size (batch=",
+             p.batch, " M=", p.M, " N=", p.N, " K=", p.K, ")");
+  DNNF_CHECK(p.ldc >= p.N || p.M <= 1, "sgemm: ldc=", p.ldc, " < N=", p.N);
+  if (p.batch == 0 || p.M == 0 || p.N == 0) return;
+  if (p.K == 0) {
+    epilogue_only(p, ep, par);
+    return;
+  }
+  const UkInfo& uk = select_ukernel();
+
+  // Split the larger output dimension so only the smaller operand is packed redundantly.
+  const bool split_n = p.N >= p.M;
+  const int64_t unit = split_n ? uk.nr : uk.mr;
+  const int64_t dim = split_n ? p.N : p.M;
+  const int64_t units = (dim + unit - 1) / unit;
+  const double flops_per = 2.0 * static_cast<double>(p.M) * p.N * p.K;
+  const int threads = std::max(1, par.num_threads());
+  int64_t chunks = 1;
+  if (threads > 1 && flops_per >= 2e5) {
+    // Enough batch entries to balance on their own: don't split; else split each entry T ways
+    // so the task count stays a multiple of T.
+    if (!(p.batch % threads == 0 || p.batch >= 8 * threads)) chunks = threads;
+  }
+  chunks = std::min(chunks, units);
+  const int64_t tasks = p.batch * chunks;
+  const double task_flops = flops_per / static_cast<double>(chunks);
+  const int64_t grain = std::max<int64_t>(1, static_cast<int64_t>(2e5 / task_flops));
+
+  auto body = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t b = t / chunks, c = t % chunks;
+      const int64_t lo = std::min(dim, (c * units / chunks) * unit);
+      const int64_t hi = std::min(dim, ((c + 1) * units / chunks) * unit);
+      if (lo >= hi) continue;
+      if (split_n) {
+        compute_block(p, ep, uk, b, 0, p.M, lo, hi);
+      } else {
+        compute_block(p, ep, uk, b, lo, hi, 0, p.N);
+      }
+    }
+  };
+  if (tasks == 1) {
+    body(0, 1);
+  } else {
+    par.parallel_for(tasks, grain, body);
+  }
+}
+
+}  // namespace gemm_detail
+
+void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A, int64_t strideA,
+                   MatrixView B, int64_t strideB, float* C, int64_t ldc, int64_t strideC,
+                   const GemmEpilogue& ep, const Parallel& par) {
+  DNNF_CHECK(ep.bias_mode == GemmEpilogue::Bias::None || ep.bias != nullptr,
+             "sgemm: bias mode set but bias is null");
+  gemm_detail::StridedProblem p;
+  p.batch = batch;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.ldc = ldc;
+  p.A = A;
+  p.B = B;
+  p.sa = strideA;
+  p.sb = strideB;
+  p.sc = strideC;
+  p.C = C;
+  p.bias_ptr = ep.bias;
+  gemm_detail::run(p, ep, par);
+}
+
+void sgemm(int64_t M, int64_t N, int64_t K, MatrixView A, MatrixView B, float* C, int64_t ldc,
+           const GemmEpilogue& ep, const Parallel& par) {
+  sgemm_batched(1, M, N, K, A, 0, B, 0, C, ldc, 0, ep, par);
+}
+
+}  // namespace dnnfusion::kernels

@@ -1,0 +1,81 @@
+// AVX-512 GEMM micro-kernel: a 12x32 tile of C held in 24 zmm accumulators; per k step two
+// 16-wide loads of packed B and 12 broadcasts of packed A. Compiled with -mavx512*; only reached
+// through ukernel_avx512() when cpu_features says the CPU has AVX-512 (see gemm_ukernel.h for why
+// this file includes nothing with inline functions).
+#include <immintrin.h>
+
+#include "kernels/cpu/gemm_ukernel.h"
+
+namespace dnnfusion::kernels::gemm_detail {
+namespace {
+
+constexpr int kMR = 12, kNR = 32;
+
+inline __m512 act512(__m512 v, Activation act) {
+  // Compare-and-select (GCC vector extensions) keeps NaN: NaN < 0 and NaN > 6 are both false.
+  // (_mm512_max_ps would do too, but trips a GCC 12 -Wmaybe-uninitialized false positive.)
+  const __m512 zero = _mm512_setzero_ps();
+  if (act == Activation::None) return v;
+  v = v < zero ? zero : v;
+  if (act == Activation::Relu6) {
+    const __m512 six = _mm512_set1_ps(6.f);
+    v = v > six ? six : v;
+  }
+  return v;
+}
+
+void ukernel(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
+             const UkArgs& args) {
+  __m512 c0[kMR], c1[kMR];
+#pragma GCC unroll 12
+  for (int i = 0; i < kMR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(Bp);
+    const __m512 b1 = _mm512_load_ps(Bp + 16);
+#pragma GCC unroll 12
+    for (int i = 0; i < kMR; ++i) {
+      const __m512 a = _mm512_set1_ps(Ap[i]);
+      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+    }
+    Ap += kMR;
+    Bp += kNR;
+  }
+  const bool has_beta = args.beta != 0.f;
+  const __m512 beta = _mm512_set1_ps(args.beta);
+  __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
+  if (args.bcol) {
+    bc0 = _mm512_loadu_ps(args.bcol);
+    bc1 = _mm512_loadu_ps(args.bcol + 16);
+  }
+#pragma GCC unroll 12
+  for (int i = 0; i < kMR; ++i) {
+    float* c = C + i * ldc;
+    __m512 v0 = c0[i], v1 = c1[i];
+    if (has_beta) {
+      v0 = _mm512_fmadd_ps(beta, _mm512_loadu_ps(c), v0);
+      v1 = _mm512_fmadd_ps(beta, _mm512_loadu_ps(c + 16), v1);
+    }
+    if (args.brow) {
+      const __m512 br = _mm512_set1_ps(args.brow[i]);
+      v0 = _mm512_add_ps(v0, br);
+      v1 = _mm512_add_ps(v1, br);
+    }
+    if (args.bcol) {
+      v0 = _mm512_add_ps(v0, bc0);
+      v1 = _mm512_add_ps(v1, bc1);
+    }
+    _mm512_storeu_ps(c, act512(v0, args.act));
+    _mm512_storeu_ps(c + 16, act512(v1, args.act));
+  }
+}
+
+// B block (kc x nc = 384 x 480 floats, 720 KB) stays in L2 while each 12-row A micro-panel
+// (18 KB) sits in L1 and is reused across the whole block.
+constexpr UkInfo kInfo{kMR, kNR, &ukernel, 384, 1536, 480};
+
+}  // namespace
+
+const UkInfo* ukernel_avx512() { return &kInfo; }
+
+}  // namespace dnnfusion::kernels::gemm_detail

@@ -1,0 +1,41 @@
+// Internal to the GEMM family: the contract between the portable driver (gemm.cc) and the
+// ISA-specific register-blocked micro-kernels (gemm_avx2.cc, gemm_avx512.cc, scalar in gemm.cc).
+// Deliberately free of inline functions and std templates: the ISA files are compiled with
+// -mavx2/-mavx512*, and any inline function they emitted could be picked by the linker for
+// baseline callers (ODR), which would crash on older CPUs.
+#pragma once
+#include <cstdint>
+
+namespace dnnfusion::kernels {
+
+// Applied in registers before the store. Relu/Relu6 propagate NaN like PyTorch.
+enum class Activation : int8_t { None, Relu, Relu6 };
+
+namespace gemm_detail {
+
+// Epilogue of one full MR x NR tile. The driver folds alpha into packed A, so the micro-kernel
+// computes C = act(acc + beta*C_old + brow[i] + bcol[j]); beta==0 means C is not read.
+struct UkArgs {
+  float beta;
+  const float* brow;  // MR row biases or nullptr
+  const float* bcol;  // NR column biases or nullptr
+  Activation act;
+};
+
+// Ap: packed A micro-panel, kc steps of MR floats. Bp: packed B micro-panel, kc steps of NR floats.
+// Both 64-byte aligned. kc may be 0 (then acc == 0).
+using UkFn = void (*)(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
+                      const UkArgs& args);
+
+struct UkInfo {
+  int mr, nr;
+  UkFn fn;
+  int64_t kc, mc, nc;  // cache blocking tuned for the ISA's tile
+};
+
+// Defined in the ISA files; only call when the CPU supports the ISA.
+const UkInfo* ukernel_avx2();
+const UkInfo* ukernel_avx512();
+
+}  // namespace gemm_detail
+}  // namespace dnnfusion::kernels

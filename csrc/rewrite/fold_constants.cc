@@ -1,0 +1,75 @@
+#include "rewrite/fold_constants.h"
+
+#include "common/error.h"
+
+namespace dnnfusion::rewrite {
+
+using ecg::Graph;
+using ecg::Node;
+using ecg::OutputSpec;
+using ecg::Value;
+using ecg::ValueKind;
+
+namespace {
+int copy_leaf(Graph& out, const Value& v) {
+  if (v.kind == ValueKind::Weight) return out.add_weight(v.shape, v.dtype, v.data, v.name);
+  return out.add_constant(v.shape, v.dtype, v.data, v.name);
+}
+}  // namespace
+
+Graph fold_constants(const Graph& g, const GraphEvaluator& eval, int* folded) {
+  Graph out;
+  std::vector<int> map(g.values().size(), -1);
+  for (int id : g.inputs()) map[id] = out.add_input(g.value(id).shape, g.value(id).dtype, g.value(id).name);
+  auto mapped = [&](int old) {
+    if (old < 0) return -1;
+    if (map[old] < 0) {
+      const Value& v = g.value(old);
+      DNNF_CHECK(v.is_compile_time(), "value %", v.name, " used before definition");
+      map[old] = copy_leaf(out, v);
+    }
+    return map[old];
+  };
+  int count = 0;
+  for (const Node& n : g.nodes()) {
+    bool foldable = true;
+    for (int in : n.inputs)
+      if (in >= 0 && !g.value(in).is_compile_time()) foldable = false;
+    std::vector<OutputSpec> specs;
+    for (int o : n.outputs) specs.push_back({g.value(o).shape, g.value(o).dtype});
+    if (!foldable) {
+      std::vector<int> ins;
+      for (int in : n.inputs) ins.push_back(mapped(in));
+      int nid = out.add_node(n.op, ins, specs, n.attrs, n.origin);
+      for (size_t i = 0; i < n.outputs.size(); ++i) map[n.outputs[i]] = out.node(nid).outputs[i];
+      continue;
+    }
+    // Evaluate the node alone, its operands bound to the current compile-time data.
+    Graph single;
+    std::vector<int> ins;
+    for (int in : n.inputs) {
+      if (in < 0) {
+        ins.push_back(-1);
+        continue;
+      }
+      const Value& src = out.value(mapped(in));
+      ins.push_back(single.add_weight(src.shape, src.dtype, src.data, src.name));
+    }
+    int sid = single.add_node(n.op, ins, specs, n.attrs, n.origin);
+    single.set_outputs(single.node(sid).outputs);
+    std::vector<std::vector<uint8_t>> bytes = eval(single);
+    DNNF_CHECK(bytes.size() == n.outputs.size(), "evaluator returned ", bytes.size(), " outputs for ", n.op);
+    for (size_t i = 0; i < n.outputs.size(); ++i) {
+      const Value& ov = g.value(n.outputs[i]);
+      map[ov.id] = out.add_constant(ov.shape, ov.dtype, bytes[i].data(), "folded_" + ov.name);
+    }
+    ++count;
+  }
+  std::vector<int> outs;
+  for (int o : g.outputs()) outs.push_back(mapped(o));
+  out.set_outputs(outs);
+  if (folded) *folded = count;
+  return out;
+}
+
+}  // namespace dnnfusion::rewrite

@@ -1,0 +1,317 @@
+// Neural-network ops bound to their kernel families: convolution, GEMM-based ops (addmm, mm,
+// bmm, baddbmm), attention, pooling, normalization and softmax. Float32 only.
+#include <cmath>
+
+#include "common/error.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/normalization.h"
+#include "kernels/cpu/pooling.h"
+#include "kernels/cpu/softmax.h"
+#include "runtime/op_kernels.h"
+
+namespace dnnfusion::runtime {
+
+using ecg::Graph;
+using ecg::Node;
+
+namespace {
+
+const std::vector<int64_t>& shp(const Graph& g, int v) { return g.value(v).shape; }
+const float* fin(const KernelCall& c, size_t i) { return static_cast<const float*>(c.in[i]); }
+float* fout(const KernelCall& c, size_t i) { return static_cast<float*>(c.out[i]); }
+
+std::string f32_only(const Graph& g, const Node& n) { return require_dtypes(g, n, {DType::Float32}); }
+
+int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
+  if (v.empty()) return dflt;
+  return i < v.size() ? v[i] : v[0];
+}
+
+// ---- convolution (1-D and 2-D, NCHW) ----
+kernels::Conv2dShape conv_shape(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  const auto& w = shp(g, n.inputs[1]);
+  const bool is1d = x.size() == 3;
+  auto stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0}), dil = n.attr_ints("dilation", {1});
+  kernels::Conv2dShape s{};
+  s.N = x[0];
+  s.C = x[1];
+  s.H = is1d ? 1 : x[2];
+  s.W = is1d ? x[2] : x[3];
+  s.K = w[0];
+  s.R = is1d ? 1 : w[2];
+  s.S = is1d ? w[2] : w[3];
+  s.stride_h = is1d ? 1 : at_or(stride, 0, 1);
+  s.stride_w = is1d ? at_or(stride, 0, 1) : at_or(stride, 1, 1);
+  s.pad_h = is1d ? 0 : at_or(pad, 0, 0);
+  s.pad_w = is1d ? at_or(pad, 0, 0) : at_or(pad, 1, 0);
+  s.dil_h = is1d ? 1 : at_or(dil, 0, 1);
+  s.dil_w = is1d ? at_or(dil, 0, 1) : at_or(dil, 1, 1);
+  s.groups = n.attr_int("groups", 1);
+  return s;
+}
+
+std::string check_conv(const Graph& g, const Node& n) {
+  if (n.attr_int("transposed", 0)) return "transposed convolution has no core kernel";
+  const auto& x = shp(g, n.inputs[0]);
+  if (x.size() != 3 && x.size() != 4) return "convolution on a rank-" + std::to_string(x.size()) + " input (supported: 1-D and 2-D, batched)";
+  if (shp(g, n.inputs[1]).size() != x.size()) return "convolution weight rank differs from the input rank";
+  auto s = conv_shape(g, n);
+  if (s.groups <= 0 || s.C % s.groups || s.K % s.groups) return "channels not divisible by groups";
+  if (shp(g, n.inputs[1])[1] * s.groups != s.C) return "weight input channels do not match the input";
+  return f32_only(g, n);
+}
+
+size_t conv_scratch(const Graph& g, const Node& n, int threads) { return kernels::conv2d_scratch_bytes(conv_shape(g, n), threads); }
+
+void run_conv(KernelCall& c) {
+  int b = c.n.input_or_absent(2);
+  kernels::conv2d_nchw(conv_shape(c.g, c.n), fin(c, 0), fin(c, 1), b >= 0 ? fin(c, 2) : nullptr, fout(c, 0),
+                       kernels::Activation::None, c.scratch, c.par);
+}
+
+// ---- GEMM family ----
+kernels::MatrixView mat(const void* p, const std::vector<int64_t>& s) {
+  // last two dims of a contiguous tensor
+  const int64_t cols = s.back();
+  return kernels::MatrixView{static_cast<const float*>(p), cols, 1};
+}
+
+std::string check_mm(const Graph& g, const Node& n) {
+  size_t a = (n.op == "addmm" || n.op == "baddbmm") ? 1 : 0;
+  const size_t rank = (n.op == "bmm" || n.op == "baddbmm") ? 3 : 2;
+  if (shp(g, n.inputs[a]).size() != rank || shp(g, n.inputs[a + 1]).size() != rank)
+    return n.op + " expects rank-" + std::to_string(rank) + " operands";
+  return f32_only(g, n);
+}
+
+// Writes beta * bias (broadcast to out) into C, or sets up a per-column/per-row bias epilogue.
+void prepare_bias(const Graph& g, const KernelCall& c, int bias_input, int64_t batch, int64_t M, int64_t N, double beta,
+                  kernels::GemmEpilogue* ep) {
+  const auto& b = shp(g, c.n.inputs[bias_input]);
+  const float* bp = fin(c, bias_input);
+  int64_t numel = 1;
+  for (auto d : b) numel *= d;
+  if (beta == 1.0 && numel == N && (b.size() == 1 || (b.size() >= 2 && b[b.size() - 1] == N))) {
+    ep->bias = bp;
+    ep->bias_mode = kernels::GemmEpilogue::Bias::PerCol;
+    return;
+  }
+  if (beta == 0.0) return;
+  // General broadcast: materialize beta*bias in C and accumulate into it.
+  std::vector<int64_t> full = {batch, M, N};
+  std::vector<int64_t> bs(3, 0);
+  auto cs = contiguous_strides(b);
+  for (size_t i = 0; i < b.size(); ++i) {
+    size_t d = 3 - b.size() + i;
+    bs[d] = b[i] == 1 ? 0 : cs[i];
+  }
+  float* C = fout(c, 0);
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t j = 0; j < N; ++j) C[(i * M + m) * N + j] = static_cast<float>(beta) * bp[i * bs[0] + m * bs[1] + j * bs[2]];
+  ep->beta = 1.f;
+}
+
+void run_mm(KernelCall& c) {
+  const Graph& g = c.g;
+  const Node& n = c.n;
+  const bool has_bias = n.op == "addmm" || n.op == "baddbmm";
+  const size_t a = has_bias ? 1 : 0;
+  const auto& as = shp(g, n.inputs[a]);
+  const auto& bs = shp(g, n.inputs[a + 1]);
+  const bool batched = as.size() == 3;
+  const int64_t batch = batched ? as[0] : 1;
+  const int64_t M = as[as.size() - 2], K = as.back(), N = bs.back();
+  kernels::GemmEpilogue ep;
+  if (has_bias) {
+    ep.alpha = static_cast<float>(n.attr_float("alpha", 1.0));
+    prepare_bias(g, c, 0, batch, M, N, n.attr_float("beta", 1.0), &ep);
+  }
+  if (batched)
+    kernels::sgemm_batched(batch, M, N, K, mat(c.in[a], as), M * K, mat(c.in[a + 1], bs), K * N, fout(c, 0), N, M * N, ep, c.par);
+  else
+    kernels::sgemm(M, N, K, mat(c.in[a], as), mat(c.in[a + 1], bs), fout(c, 0), N, ep, c.par);
+}
+
+// ---- scaled dot-product attention ----
+std::string check_sdpa(const Graph& g, const Node& n) {
+  if (n.attr_float("dropout_p", 0.0) != 0.0) return "attention with dropout_p != 0";
+  for (int i = 0; i < 3; ++i)
+    if (shp(g, n.inputs[i]).size() != 4) return "attention expects rank-4 query/key/value";
+  int m = n.input_or_absent(3);
+  if (m >= 0) {
+    if (g.value(m).dtype != DType::Float32 && g.value(m).dtype != DType::Bool) return "attention mask dtype must be float32 or bool";
+    if (shp(g, m).size() > 4) return "attention mask of rank > 4";
+  }
+  for (int i = 0; i < 3; ++i)
+    if (g.value(n.inputs[i]).dtype != DType::Float32) return "attention on non-float32 inputs";
+  return "";
+}
+
+size_t sdpa_scratch(const Graph& g, const Node& n, int threads) {
+  return kernels::sdpa_scratch_bytes(shp(g, n.inputs[0])[2], shp(g, n.inputs[1])[2], threads);
+}
+
+kernels::Tensor4 t4(const void* p, const std::vector<int64_t>& s) {
+  auto cs = contiguous_strides(s);
+  return kernels::Tensor4{static_cast<const float*>(p), cs[0], cs[1], cs[2], cs[3]};
+}
+
+void run_sdpa(KernelCall& c) {
+  const auto& q = shp(c.g, c.n.inputs[0]);
+  const auto& k = shp(c.g, c.n.inputs[1]);
+  const auto& v = shp(c.g, c.n.inputs[2]);
+  kernels::AttnMask mask;
+  int m = c.n.input_or_absent(3);
+  if (m >= 0) {
+    const auto& ms = shp(c.g, m);
+    std::vector<int64_t> full = {q[0], q[1], q[2], k[2]};
+    auto cs = contiguous_strides(ms);
+    int64_t st[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < ms.size(); ++i) {
+      size_t d = 4 - ms.size() + i;
+      st[d] = ms[i] == 1 ? 0 : cs[i];
+    }
+    mask = kernels::AttnMask{c.in[3], c.g.value(m).dtype == DType::Bool, st[0], st[1], st[2], st[3]};
+  }
+  double scale = c.n.has_attr("scale") ? c.n.attr_float("scale") : 1.0 / std::sqrt(static_cast<double>(q[3]));
+  float* lse = c.out.size() > 1 && c.g.value(c.n.outputs[1]).numel() == q[0] * q[1] * q[2] ? fout(c, 1) : nullptr;
+  kernels::sdpa(q[0], q[1], q[2], k[2], q[3], v[3], t4(c.in[0], q), t4(c.in[1], k), t4(c.in[2], v), mask,
+                c.n.attr_int("is_causal", 0) != 0, static_cast<float>(scale), fout(c, 0), lse, c.scratch, c.par);
+}
+
+// ---- pooling ----
+kernels::Pool2dShape pool_shape(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  const auto& y = shp(g, n.outputs[0]);
+  const bool batched = x.size() == 4;
+  auto ks = n.attr_ints("kernel_size");
+  auto st = n.attr_ints("stride", {});
+  if (st.empty()) st = ks;
+  auto pd = n.attr_ints("padding", {0});
+  auto dl = n.attr_ints("dilation", {1});
+  kernels::Pool2dShape s{};
+  s.N = batched ? x[0] : 1;
+  s.C = x[x.size() - 3];
+  s.H = x[x.size() - 2];
+  s.W = x[x.size() - 1];
+  s.OH = y[y.size() - 2];
+  s.OW = y[y.size() - 1];
+  s.kh = at_or(ks, 0, 1);
+  s.kw = at_or(ks, 1, 1);
+  s.sh = at_or(st, 0, 1);
+  s.sw = at_or(st, 1, 1);
+  s.ph = at_or(pd, 0, 0);
+  s.pw = at_or(pd, 1, 0);
+  s.dh = at_or(dl, 0, 1);
+  s.dw = at_or(dl, 1, 1);
+  return s;
+}
+
+std::string check_pool(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  if (x.size() != 3 && x.size() != 4) return "2-D pooling on a rank-" + std::to_string(x.size()) + " input";
+  if (n.op == "max_pool2d_with_indices" && n.outputs.size() > 1 && g.value(n.outputs[1]).dtype != DType::Int64)
+    return "max_pool2d indices must be int64";
+  auto r = require_dtypes(g, n, {DType::Float32, DType::Int64});
+  if (!r.empty()) return r;
+  return g.value(n.inputs[0]).dtype == DType::Float32 ? "" : "pooling on non-float32 input";
+}
+
+void run_max_pool(KernelCall& c) {
+  int64_t* idx = c.out.size() > 1 ? static_cast<int64_t*>(c.out[1]) : nullptr;
+  kernels::max_pool2d_nchw(pool_shape(c.g, c.n), fin(c, 0), fout(c, 0), idx, c.par);
+}
+
+void run_avg_pool(KernelCall& c) {
+  int64_t div = c.n.has_attr("divisor_override") ? c.n.attr_int("divisor_override") : 0;
+  kernels::avg_pool2d_nchw(pool_shape(c.g, c.n), fin(c, 0), fout(c, 0), c.n.attr_int("count_include_pad", 1) != 0, div, c.par);
+}
+
+void run_adaptive_avg_pool(KernelCall& c) {
+  const auto& x = shp(c.g, c.n.inputs[0]);
+  const auto& y = shp(c.g, c.n.outputs[0]);
+  const bool batched = x.size() == 4;
+  kernels::adaptive_avg_pool2d_nchw(batched ? x[0] : 1, x[x.size() - 3], x[x.size() - 2], x.back(), y[y.size() - 2], y.back(),
+                                    fin(c, 0), fout(c, 0), c.par);
+}
+
+// ---- normalization ----
+std::string check_batch_norm(const Graph& g, const Node& n) {
+  if (shp(g, n.inputs[0]).size() < 2) return "batch_norm on a rank < 2 input";
+  if (n.inputs.size() < 5 || n.inputs[3] < 0 || n.inputs[4] < 0) return "batch_norm without running statistics";
+  return f32_only(g, n);
+}
+
+void run_batch_norm(KernelCall& c) {
+  const auto& x = shp(c.g, c.n.inputs[0]);
+  int64_t inner = 1;
+  for (size_t i = 2; i < x.size(); ++i) inner *= x[i];
+  kernels::batch_norm_inference(fin(c, 0), fin(c, 3), fin(c, 4), c.n.inputs[1] >= 0 ? fin(c, 1) : nullptr,
+                                c.n.inputs[2] >= 0 ? fin(c, 2) : nullptr, static_cast<float>(c.n.attr_float("eps")), x[0], x[1],
+                                inner, fout(c, 0), c.par);
+}
+
+std::string check_layer_norm(const Graph& g, const Node& n) { return f32_only(g, n); }
+
+void run_layer_norm(KernelCall& c) {
+  const auto& x = shp(c.g, c.n.inputs[0]);
+  auto ns = c.n.attr_ints("normalized_shape");
+  int64_t cols = 1, numel = 1;
+  for (auto d : ns) cols *= d;
+  for (auto d : x) numel *= d;
+  int64_t rows = cols ? numel / cols : 0;
+  float* mean = c.out.size() > 1 && c.g.value(c.n.outputs[1]).numel() == rows ? fout(c, 1) : nullptr;
+  float* rstd = c.out.size() > 2 && c.g.value(c.n.outputs[2]).numel() == rows ? fout(c, 2) : nullptr;
+  kernels::layer_norm(fin(c, 0), c.n.input_or_absent(1) >= 0 ? fin(c, 1) : nullptr, c.n.input_or_absent(2) >= 0 ? fin(c, 2) : nullptr,
+                      static_cast<float>(c.n.attr_float("eps")), rows, cols, fout(c, 0), mean, rstd, c.par);
+}
+
+void run_group_norm(KernelCall& c) {
+  const int64_t N = c.n.attr_int("N"), C = c.n.attr_int("C"), HxW = c.n.attr_int("HxW"), G = c.n.attr_int("group");
+  float* mean = c.out.size() > 1 && c.g.value(c.n.outputs[1]).numel() == N * G ? fout(c, 1) : nullptr;
+  float* rstd = c.out.size() > 2 && c.g.value(c.n.outputs[2]).numel() == N * G ? fout(c, 2) : nullptr;
+  kernels::group_norm(fin(c, 0), c.n.input_or_absent(1) >= 0 ? fin(c, 1) : nullptr, c.n.input_or_absent(2) >= 0 ? fin(c, 2) : nullptr,
+                      static_cast<float>(c.n.attr_float("eps")), N, C, HxW, G, fout(c, 0), mean, rstd, c.par);
+}
+
+std::string check_group_norm(const Graph& g, const Node& n) {
+  if (n.attr_int("group") <= 0 || n.attr_int("C") % n.attr_int("group")) return "group_norm channels not divisible by groups";
+  return f32_only(g, n);
+}
+
+// ---- softmax ----
+std::string check_softmax(const Graph& g, const Node& n) {
+  if (n.attr_int("half_to_float", 0)) return "softmax with half_to_float";
+  return f32_only(g, n);
+}
+
+void run_softmax(KernelCall& c) {
+  const auto& x = shp(c.g, c.n.inputs[0]);
+  const int64_t d = normalize_dim(c.n.attr_int("dim"), static_cast<int64_t>(x.size()), c.n);
+  int64_t outer = 1, inner = 1, dim = x.empty() ? 1 : x[d];
+  for (int64_t i = 0; i < d; ++i) outer *= x[i];
+  for (size_t i = d + 1; i < x.size(); ++i) inner *= x[i];
+  kernels::softmax(fin(c, 0), fout(c, 0), outer, dim, inner, c.n.op == "_log_softmax", c.par);
+}
+
+}  // namespace
+
+void register_nn_ops(KernelTable& t) {
+  t.emplace_back("convolution", OpKernel{check_conv, conv_scratch, run_conv, nullptr});
+  for (const char* op : {"addmm", "mm", "bmm", "baddbmm"}) t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr});
+  t.emplace_back("_scaled_dot_product_flash_attention_for_cpu", OpKernel{check_sdpa, sdpa_scratch, run_sdpa, nullptr});
+  t.emplace_back("max_pool2d_with_indices", OpKernel{check_pool, nullptr, run_max_pool, nullptr});
+  t.emplace_back("avg_pool2d", OpKernel{check_pool, nullptr, run_avg_pool, nullptr});
+  t.emplace_back("_adaptive_avg_pool2d", OpKernel{check_pool, nullptr, run_adaptive_avg_pool, nullptr});
+  t.emplace_back("_native_batch_norm_legit_no_training", OpKernel{check_batch_norm, nullptr, run_batch_norm, nullptr});
+  t.emplace_back("native_layer_norm", OpKernel{check_layer_norm, nullptr, run_layer_norm, nullptr});
+  t.emplace_back("native_group_norm", OpKernel{check_group_norm, nullptr, run_group_norm, nullptr});
+  t.emplace_back("_softmax", OpKernel{check_softmax, nullptr, run_softmax, nullptr});
+  t.emplace_back("_log_softmax", OpKernel{check_softmax, nullptr, run_softmax, nullptr});
+}
+
+}  // namespace dnnfusion::runtime

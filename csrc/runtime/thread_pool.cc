@@ -1,0 +1,166 @@
+#include "runtime/thread_pool.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include "common/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define DNNF_PAUSE() _mm_pause()
+#else
+#define DNNF_PAUSE() std::this_thread::yield()
+#endif
+
+namespace dnnfusion::runtime {
+
+namespace {
+thread_local bool tl_in_parallel = false;
+// About 50-100 µs of spinning: long enough to bridge back-to-back kernels, short enough not to
+// steal a core from a PyTorch op that runs between two of our blocks.
+constexpr int kSpinIterations = 20000;
+}  // namespace
+
+ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  cv_.notify_all();
+  for (auto& t : workers_) t.join();
+}
+
+void ThreadPool::run_chunks(Job& job) const {
+  const bool was = tl_in_parallel;
+  tl_in_parallel = true;
+  for (;;) {
+    int64_t b = job.next.fetch_add(job.chunk);
+    if (b >= job.n) break;
+    int64_t e = std::min(job.n, b + job.chunk);
+    try {
+      (*job.fn)(b, e);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(err_mu_);
+      if (!error_) error_ = std::current_exception();
+      job.next.store(job.n);  // stop handing out work
+    }
+  }
+  tl_in_parallel = was;
+}
+
+void ThreadPool::worker_loop(int /*index*/) {
+  uint64_t seen = 0;
+  for (;;) {
+    uint64_t g = generation_.load(std::memory_order_acquire);
+    int spins = 0;
+    while (g == seen && spins < kSpinIterations) {
+      DNNF_PAUSE();
+      ++spins;
+      g = generation_.load(std::memory_order_acquire);
+    }
+    if (g == seen) {
+      std::unique_lock<std::mutex> lk(mu_);
+      sleepers_.fetch_add(1);
+      cv_.wait(lk, [&] { return generation_.load() != seen; });
+      sleepers_.fetch_sub(1);
+      g = generation_.load();
+    }
+    seen = g;
+    if (stop_.load()) return;
+    run_chunks(job_);
+    if (job_.active.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_cv_.notify_all();
+    }
+  }
+}
+
+void ThreadPool::parallel_for(int64_t n, int64_t grain, const kernels::RangeFn& fn) const {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  if (num_threads_ == 1 || tl_in_parallel || n <= grain) {
+    fn(0, n);
+    return;
+  }
+  std::unique_lock<std::mutex> submit(submit_mu_, std::try_to_lock);
+  if (!submit.owns_lock()) {  // another thread is using the pool: do not queue behind it
+    fn(0, n);
+    return;
+  }
+  // A few chunks per thread balance uneven work without paying much for the atomic.
+  const int64_t max_chunks = static_cast<int64_t>(num_threads_) * 4;
+  int64_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
+  job_.fn = &fn;
+  job_.n = n;
+  job_.chunk = chunk;
+  job_.next.store(0);
+  job_.active.store(num_threads_ - 1);
+  error_ = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    generation_.fetch_add(1, std::memory_order_release);
+  }
+  if (sleepers_.load() > 0) cv_.notify_all();
+  run_chunks(job_);
+  // Wait for the workers: spin first (they finish about when we do), then block.
+  int spins = 0;
+  while (job_.active.load(std::memory_order_acquire) > 0 && spins < kSpinIterations) {
+    DNNF_PAUSE();
+    ++spins;
+  }
+  if (job_.active.load() > 0) {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return job_.active.load() == 0; });
+  }
+  jobs_run_.fetch_add(1);
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+int physical_core_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int allowed = 0;
+  std::set<std::pair<std::string, std::string>> cores;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &set)) continue;
+      ++allowed;
+      std::string base = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+      std::ifstream core(base + "core_id"), pkg(base + "physical_package_id");
+      std::string c, p;
+      if (core >> c && pkg >> p) cores.emplace(p, c);
+      else cores.emplace("cpu", std::to_string(cpu));
+    }
+  }
+  int n = cores.empty() ? allowed : static_cast<int>(cores.size());
+  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, n);
+}
+
+ThreadPool& shared_pool(int threads) {
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<ThreadPool>> pools;
+  if (threads <= 0) threads = physical_core_count();
+  DNNF_CHECK(threads <= 1024, "thread count ", threads, " is out of range (1..1024)");
+  std::lock_guard<std::mutex> lk(mu);
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<ThreadPool>(threads);
+  return *p;
+}
+
+}  // namespace dnnfusion::runtime

@@ -1,0 +1,20 @@
+"""dnnfusion: an operator-fusion inference compiler for PyTorch with a C++17 core.
+
+Use it through ``torch.compile(model, backend="dnnfusion")`` (registered by the package's
+``torch_dynamo_backends`` entry point, so no import is needed) and ``dnnfusion.explain``.
+Importing this package registers nothing with Dynamo a second time.
+"""
+from .options import VALID_OPTIONS
+from .explain import explain, ExplainReport
+
+__all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "backend"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # `dnnfusion.backend` is imported lazily: it pulls in torch._dynamo.
+    if name == "backend":
+        from . import backend
+
+        return backend
+    raise AttributeError(name)

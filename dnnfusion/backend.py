@@ -1,0 +1,140 @@
+"""The torch.compile backend: ``torch.compile(model, backend="dnnfusion", options={...})``.
+
+Dynamo graph -> aot_autograd inference graph (functional ATen) with parameters and buffers frozen
+(they arrive as graph inputs; Dynamo marks them static) -> lowering.lower(), which hands the
+supported regions to the C++ core and leaves the rest as eager ATen calls.
+"""
+import collections
+import functools
+import threading
+import warnings
+
+import torch
+from torch._functorch.aot_autograd import aot_module_simplified
+
+from .options import parse_options
+from .report import GraphReport, publish
+
+_warned = set()
+_SHAPE_CACHE_SIZE = 8
+
+
+def _warn_once(key, msg):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(msg, stacklevel=3)
+
+
+def _static_indices(gm):
+    """Positions of the Dynamo graph inputs that are parameters or buffers."""
+    idx = []
+    for i, n in enumerate(gm.graph.find_nodes(op="placeholder")):
+        td = n.meta.get("tensor_dict") or {}
+        if td.get("_dynamo_static_input_type"):
+            idx.append(i)
+    return idx
+
+
+def _is_symbolic(gm, example_inputs):
+    for n in gm.graph.find_nodes(op="placeholder"):
+        v = n.meta.get("example_value", n.meta.get("val"))
+        if isinstance(v, torch.SymInt):
+            return True
+        if isinstance(v, torch.Tensor) and any(not isinstance(s, int) for s in v.shape):
+            return True
+    return any(isinstance(x, torch.SymInt) for x in example_inputs)
+
+
+def _compile_static(gm, example_inputs, opts, report):
+    from .lowering import lower
+
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    real = {i: example_inputs[i].detach() for i in _static_indices(gm) if isinstance(example_inputs[i], torch.Tensor)}
+
+    def inference_compiler(aot_gm, aot_inputs):
+        placeholders = list(aot_gm.graph.find_nodes(op="placeholder"))
+        frozen = {}
+        if len(placeholders) == len(example_inputs):
+            frozen = {placeholders[i]: t for i, t in real.items()}
+        else:
+            report.notes.append("parameters not frozen: aot graph inputs do not line up with Dynamo's")
+        # aot_autograd calls us under its fake mode; the core needs the real weights.
+        with unset_fake_temporarily():
+            return lower(aot_gm, frozen, opts, report)
+
+    return aot_module_simplified(
+        gm,
+        example_inputs,
+        fw_compiler=inference_compiler,
+        inference_compiler=inference_compiler,
+        keep_inference_input_mutations=True,
+    )
+
+
+class _PerShapeCompiled:
+    """For a graph Dynamo made dynamic: compiles once per concrete input signature (LRU)."""
+
+    def __init__(self, gm, opts, report):
+        self.gm = gm
+        self.opts = opts
+        self.report = report
+        self.cache = collections.OrderedDict()
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _key(args):
+        key = []
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                key.append((tuple(a.shape), a.dtype, a.device.type))
+            elif isinstance(a, (int, float, bool, torch.SymInt)):
+                key.append(int(a) if isinstance(a, torch.SymInt) else a)
+            else:
+                key.append(type(a).__name__)
+        return tuple(key)
+
+    def __call__(self, *args):
+        key = self._key(args)
+        with self.lock:
+            fn = self.cache.get(key)
+            if fn is not None:
+                self.cache.move_to_end(key)
+        if fn is None:
+            rep = GraphReport()
+            rep.notes.append(f"specialized for input signature {key}")
+            try:
+                fn = _compile_static(self.gm, list(args), self.opts, rep)
+            except Exception as e:  # never fail the user's call: run this shape eagerly
+                _warn_once(("shape", type(e).__name__), f"dnnfusion: compiling for a new shape failed ({e}); running eagerly")
+                fn = self.gm.forward
+            publish(rep)
+            with self.lock:
+                self.cache[key] = fn
+                while len(self.cache) > _SHAPE_CACHE_SIZE:
+                    self.cache.popitem(last=False)
+        return fn(*args)
+
+
+def dnnfusion_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
+    """torch.compile backend entry point (registered as "dnnfusion")."""
+    if kwargs:
+        raise ValueError(f"dnnfusion: unexpected backend arguments {sorted(kwargs)}; pass settings as options={{...}}")
+    opts = parse_options(options)
+    report = GraphReport()
+    if torch.is_grad_enabled():
+        _warn_once(
+            "grad",
+            "dnnfusion compiles inference graphs only; with grad enabled the model runs eagerly. "
+            "Call it under torch.no_grad() or torch.inference_mode().",
+        )
+        report.notes.append("grad enabled: whole graph runs eagerly")
+        publish(report)
+        return gm.forward
+    if _is_symbolic(gm, example_inputs):
+        report.notes.append("dynamic shapes: compiled per concrete input shape at run time")
+        publish(report)
+        return _PerShapeCompiled(gm, opts, report)
+    compiled = _compile_static(gm, example_inputs, opts, report)
+    publish(report)
+    return compiled

@@ -1,0 +1,343 @@
+// Randomized tests of kernels/cpu/reduction (reduce, cumsum) against the naive reference:
+// every ReduceOp, random axis subsets (innermost block, outer axis, interleaved), dtypes
+// (float32/64, int64/32/8, uint8, bool), NaN/inf for max/min/argmax, long sums, empty axes,
+// errors; serial and 2 threads. Replay with DNNFUSION_TEST_SEED=<printed seed>.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/reduction.h"
+#include "kernels/reference/ref_elementwise_misc.h"
+
+namespace dnnfusion {
+namespace {
+
+using namespace kernels;
+
+uint64_t test_seed() {
+  const char* s = std::getenv("DNNFUSION_TEST_SEED");
+  return s ? std::strtoull(s, nullptr, 10) : 20240611ull;
+}
+#define SEED_TRACE(seed) SCOPED_TRACE(::testing::Message() << "DNNFUSION_TEST_SEED=" << (seed))
+
+// Two std::threads per call; nested calls run serially; first exception rethrown.
+struct TwoThreadParallel final : Parallel {
+  int num_threads() const override { return 2; }
+  void parallel_for(int64_t n, int64_t grain, const RangeFn& fn) const override {
+    static thread_local bool inside = false;
+    if (n <= 0) return;
+    if (inside || n <= grain) {
+      fn(0, n);
+      return;
+    }
+    const int64_t mid = std::max<int64_t>(grain, n / 2);
+    std::exception_ptr err;
+    std::mutex mu;
+    auto run = [&](int64_t b, int64_t e) {
+      inside = true;
+      try {
+        fn(b, e);
+      } catch (...) {
+        std::lock_guard<std::mutex> l(mu);
+        if (!err) err = std::current_exception();
+      }
+      inside = false;
+    };
+    std::thread t(run, mid, n);
+    run(0, mid);
+    t.join();
+    if (err) std::rethrow_exception(err);
+  }
+};
+
+const SerialParallel kSerial;
+const TwoThreadParallel kTwo;
+
+double get(const std::vector<char>& buf, DType t, int64_t i) {
+  const char* p = buf.data() + i * dtype_size(t);
+  switch (t) {
+    case DType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::Bool: case DType::UInt8: return static_cast<uint8_t>(*p);
+    case DType::Int8: return static_cast<int8_t>(*p);
+    default: return 0;
+  }
+}
+void put(std::vector<char>& buf, DType t, int64_t i, double v) {
+  char* p = buf.data() + i * dtype_size(t);
+  switch (t) {
+    case DType::Float32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+    case DType::Float64: std::memcpy(p, &v, 8); break;
+    case DType::Int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+    case DType::Int32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
+    case DType::Bool: *p = v != 0; break;
+    case DType::UInt8: *p = static_cast<char>(static_cast<uint8_t>(static_cast<int64_t>(v))); break;
+    case DType::Int8: *p = static_cast<char>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
+    default: break;
+  }
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto x : s) n *= x;
+  return n;
+}
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (auto x : s) r += std::to_string(x) + ",";
+  return r + "]";
+}
+
+std::vector<int64_t> random_shape(std::mt19937_64& g, int max_rank = 5, int64_t cap = 30000) {
+  static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 64};
+  const int r = std::uniform_int_distribution<int>(0, max_rank)(g);
+  std::vector<int64_t> s(r);
+  int64_t n = 1;
+  for (auto& x : s) {
+    x = sizes[std::uniform_int_distribution<int>(0, 10)(g)];
+    if (n * x > cap) x = 1;
+    n *= x;
+  }
+  return s;
+}
+
+// mode 0: normal floats / ints in [-20, 20]; 1: near 1 (products); 2: ties (small ints); 3: specials
+std::vector<char> random_data(std::mt19937_64& g, DType t, int64_t n, int mode) {
+  std::vector<char> b(static_cast<size_t>(std::max<int64_t>(n, 1)) * dtype_size(t));
+  std::uniform_real_distribution<double> u(0, 1);
+  std::normal_distribution<double> nd(0, 10);
+  for (int64_t i = 0; i < n; ++i) {
+    double v;
+    if (t == DType::Bool) v = u(g) < 0.5;
+    else if (mode == 1) v = is_floating(t) ? 0.6 + 0.8 * u(g) : (u(g) < 0.8 ? 1 : (u(g) < 0.5 ? -1 : 2));
+    else if (mode == 2) v = std::floor(u(g) * 4) - (t == DType::UInt8 ? 0 : 1);
+    else if (mode == 3 && is_floating(t) && u(g) < 0.05) v = u(g) < 0.5 ? NAN : (u(g) < 0.5 ? INFINITY : -INFINITY);
+    else if (is_floating(t)) v = nd(g);
+    else v = std::floor(u(g) * 41) - (t == DType::UInt8 ? 0 : 20);
+    put(b, t, i, v);
+  }
+  return b;
+}
+
+bool close(double got, double ref, double rtol, double atol) {
+  if (std::isnan(ref)) return std::isnan(got);
+  if (std::isinf(ref)) return got == ref;
+  return std::fabs(got - ref) <= atol + rtol * std::fabs(ref);
+}
+
+const char* op_name(ReduceOp op) {
+  static const char* n[] = {"Sum", "Mean", "Max", "Min", "Prod", "Var", "ArgMax", "ArgMin"};
+  return n[static_cast<int>(op)];
+}
+
+void check_reduce(ReduceOp op, const std::vector<int64_t>& shape, const std::vector<int64_t>& dims,
+                  const std::vector<char>& x, DType in, DType out, double corr, const Parallel& par) {
+  std::vector<int64_t> oshape;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (!dims.empty() && !std::binary_search(dims.begin(), dims.end(), static_cast<int64_t>(d))) oshape.push_back(shape[d]);
+  const int64_t n = numel(oshape);
+  std::vector<char> got(static_cast<size_t>(n) * dtype_size(out) + 1, 0x55), ref(got.size(), 0x55);
+  reduce(op, shape, dims, x.data(), in, got.data(), out, corr, par);
+  reference::reduce(op, shape, dims, x.data(), in, ref.data(), out, corr);
+  std::string ds;
+  for (auto d : dims) ds += std::to_string(d) + ",";
+  const std::string what = std::string(op_name(op)) + " " + dtype_name(in) + "->" + dtype_name(out) + " shape " +
+                           shape_str(shape) + " dims {" + ds + "}";
+  int bad = 0;
+  for (int64_t i = 0; i < n && bad < 5; ++i) {
+    const double a = get(got, out, i), b = get(ref, out, i);
+    const bool ok = is_integral(out) ? a == b : close(a, b, out == DType::Float64 ? 1e-12 : 1e-6, 1e-6);
+    if (!ok) {
+      ++bad;
+      ADD_FAILURE() << what << " element " << i << ": got " << a << " expected " << b;
+    }
+  }
+  EXPECT_EQ(got.back(), 0x55) << "wrote past the end: " << what;
+}
+
+std::vector<int64_t> random_dims(std::mt19937_64& g, size_t rank) {
+  std::vector<int64_t> d;
+  for (size_t k = 0; k < rank; ++k)
+    if (std::uniform_int_distribution<int>(0, 2)(g) == 0) d.push_back(static_cast<int64_t>(k));
+  return d;
+}
+
+TEST(Reduction, FloatOpsRandomAxes) {
+  const uint64_t seed = test_seed();
+  SEED_TRACE(seed);
+  std::mt19937_64 g(seed);
+  const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Var};
+  for (ReduceOp op : ops)
+    for (DType t : {DType::Float32, DType::Float64})
+      for (int rep = 0; rep < 25; ++rep) {
+        const auto shape = random_shape(g);
+        const auto dims = random_dims(g, shape.size());
+        const auto x = random_data(g, t, numel(shape), op == ReduceOp::Prod ? 1 : (rep % 4 == 3 ? 3 : 0));
+        check_reduce(op, shape, dims, x, t, t, rep % 2 ? 0.0 : 1.0, rep % 2 ? static_cast<const Parallel&>(kTwo) : kSerial);
+      }
+}
+
+TEST(Reduction, FastPathShapes) {
+  const uint64_t seed = test_seed();
+  SEED_TRACE(seed);
+  std::mt19937_64 g(seed + 1);
+  struct Case { std::vector<int64_t> shape, dims; };
+  const Case cases[] = {
+      {{4, 37, 13, 11}, {2, 3}},      // mean over H,W of NCHW: [O][R]
+      {{301, 67}, {0}},               // outer axis, contiguous inner: [R][I]
+      {{5, 300, 70}, {1}},            // [O][R][I]
+      {{3, 4, 5, 6, 7}, {0, 2, 4}},   // interleaved: permuted path
+      {{2, 1, 3, 1}, {1, 3}},         // only size-1 axes reduced
+      {{1, 200001}, {1}},             // one long row: split into fixed blocks
+      {{3, 70001}, {1}},              // few long rows
+      {{2000, 3}, {0}},               // tall and thin
+  };
+  for (const auto& c : cases)
+    for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Var}) {
+      const auto x = random_data(g, DType::Float32, numel(c.shape), 3);
+      check_reduce(op, c.shape, c.dims, x, DType::Float32, DType::Float32, 1.0, kTwo);
+      check_reduce(op, c.shape, c.dims, x, DType::Float32, DType::Float32, 0.0, kSerial);
+    }
+}
+
+TEST(Reduction, IntegralAndBoolInputs) {
+  const uint64_t seed = test_seed();
+  SEED_TRACE(seed);
+  std::mt19937_64 g(seed + 2);
+  for (int rep = 0; rep < 60; ++rep) {
+    const DType in = std::vector<DType>{DType::Int64, DType::Int32, DType::Int8, DType::UInt8, DType::Bool}[rep % 5];
+    const auto shape = random_shape(g, 4);
+    const auto dims = random_dims(g, shape.size());
+    const auto x = random_data(g, in, numel(shape), rep % 3 == 1 ? 1 : 0);
+    check_reduce(ReduceOp::Sum, shape, dims, x, in, DType::Int64, 0, kTwo);
+    check_reduce(ReduceOp::Prod, shape, dims, random_data(g, in, numel(shape), 1), in, DType::Int64, 0, kSerial);
+    check_reduce(ReduceOp::Mean, shape, dims, x, in, DType::Float32, 0, kSerial);
+    check_reduce(ReduceOp::Var, shape, dims, x, in, DType::Float64, 1, kSerial);
+    if (numel(shape) > 0) {
+      check_reduce(ReduceOp::Max, shape, dims, x, in, in, 0, kTwo);
+      check_reduce(ReduceOp::Min, shape, dims, x, in, DType::Float32, 0, kSerial);
+    }
+    // sum of int8 into int8 wraps through the int64 accumulator like torch's sum(dtype=int8)
+    check_reduce(ReduceOp::Sum, shape, dims, x, in, DType::Int8, 0, kSerial);
+  }
+}
+
+TEST(Reduction, ArgMaxArgMinTiesAndNaN) {
+  const uint64_t seed = test_seed();
+  SEED_TRACE(seed);
+  std::mt19937_64 g(seed + 3);
+  for (int rep = 0; rep < 80; ++rep) {
+    const DType in = std::vector<DType>{DType::Float32, DType::Float64, DType::Int64, DType::Int8, DType::Bool}[rep % 5];
+    auto shape = random_shape(g, 4);
+    if (numel(shape) == 0) continue;
+    std::vector<int64_t> dims;
+    if (!shape.empty() && rep % 4) dims.push_back(std::uniform_int_distribution<int64_t>(0, shape.size() - 1)(g));
+    const auto x = random_data(g, in, numel(shape), rep % 2 ? 2 : 3);
+    for (ReduceOp op : {ReduceOp::ArgMax, ReduceOp::ArgMin})
+      check_reduce(op, shape, dims, x, in, DType::Int64, 0, rep % 2 ? static_cast<const Parallel&>(kTwo) : kSerial);
+  }
+  const float v[] = {1.f, 5.f, NAN, 5.f, NAN, -3.f};
+  int64_t i = -1;
+  reduce(ReduceOp::ArgMax, {6}, {0}, v, DType::Float32, &i, DType::Int64, 0, kSerial);
+  EXPECT_EQ(i, 2);
+  reduce(ReduceOp::ArgMin, {6}, {}, v, DType::Float32, &i, DType::Int64, 0, kSerial);
+  EXPECT_EQ(i, 2);
+  reduce(ReduceOp::ArgMax, {4}, {0}, v, DType::Float32, &i, DType::Int64, 0, kSerial);
+  EXPECT_EQ(i, 2);
+  reduce(ReduceOp::ArgMax, {2}, {0}, v, DType::Float32, &i, DType::Int64, 0, kSerial);
+  EXPECT_EQ(i, 1);
+  float m = 0;
+  reduce(ReduceOp::Max, {6}, {}, v, DType::Float32, &m, DType::Float32, 0, kSerial);
+  EXPECT_TRUE(std::isnan(m));
+}
+
+TEST(Reduction, LongSumAccurateAndThreadIndependent) {
+  const uint64_t seed = test_seed();
+  SEED_TRACE(seed);
+  std::mt19937_64 g(seed + 4);
+  const int64_t n = 1000003;
+  std::vector<float> x(n);
+  std::uniform_real_distribution<float> u(0.f, 1.f);
+  double exact = 0;
+  for (auto& v : x) {
+    v = u(g);
+    exact += v;
+  }
+  float s1 = 0, s2 = 0;
+  reduce(ReduceOp::Sum, {n}, {}, x.data(), DType::Float32, &s1, DType::Float32, 0, kSerial);
+  reduce(ReduceOp::Sum, {n}, {0}, x.data(), DType::Float32, &s2, DType::Float32, 0, kTwo);
+  EXPECT_NEAR(s1, exact, 1e-6 * exact);
+  EXPECT_EQ(s1, s2);
+  double mean = 0;
+  reduce(ReduceOp::Mean, {1, n}, {1}, x.data(), DType::Float32, &mean, DType::Float64, 0, kTwo);
+  EXPECT_NEAR(mean, exact / n, 1e-12);
+}
+
+TEST(Reduction, EmptyAxes) {
+  std::vector<float> out(3, -1.f);
+  const float* none = nullptr;
+  reduce(ReduceOp::Sum, {3, 0}, {1}, none, DType::Float32, out.data(), DType::Float32, 0, kSerial);
+  EXPECT_EQ(out, (std::vector<float>{0.f, 0.f, 0.f}));
+  reduce(ReduceOp::Prod, {3, 0}, {1}, none, DType::Float32, out.data(), DType::Float32, 0, kSerial);
+  EXPECT_EQ(out, (std::vector<float>{1.f, 1.f, 1.f}));
+  reduce(ReduceOp::Mean, {3, 0}, {1}, none, DType::Float32, out.data(), DType::Float32, 0, kSerial);
+  EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[2]));
+  EXPECT_THROW(reduce(ReduceOp::Max, {3, 0}, {1}, none, DType::Float32, out.data(), DType::Float32, 0, kSerial), Error);
+  // nothing to reduce and nothing to write
+  reduce(ReduceOp::Max, {0, 3}, {1}, none, DType::Float32, out.data(), DType::Float32, 0, kSerial);
+}
+
+TEST(Reduction, InvalidArguments) {
+  const float x[6] = {1, 2, 3, 4, 5, 6};
+  float y[6];
+  int64_t iy[6];
+  EXPECT_THROW(reduce(ReduceOp::Sum, {2, 3}, {2}, x, DType::Float32, y, DType::Float32, 0, kSerial), Error);
+  EXPECT_THROW(reduce(ReduceOp::Sum, {2, 3}, {1, 0}, x, DType::Float32, y, DType::Float32, 0, kSerial), Error);
+  EXPECT_THROW(reduce(ReduceOp::Sum, {2, 3}, {1, 1}, x, DType::Float32, y, DType::Float32, 0, kSerial), Error);
+  EXPECT_THROW(reduce(ReduceOp::ArgMax, {2, 3}, {0, 1}, x, DType::Float32, iy, DType::Int64, 0, kSerial), Error);
+  EXPECT_THROW(reduce(ReduceOp::ArgMax, {2, 3}, {0}, x, DType::Float32, y, DType::Float32, 0, kSerial), Error);
+  EXPECT_THROW(reduce(ReduceOp::Sum, {2, 3}, {0}, x, DType::Float16, y, DType::Float32, 0, kSerial), Error);
+  EXPECT_THROW(reduce(ReduceOp::Sum, {2, 3}, {0}, x, DType::Float32, y, DType::BFloat16, 0, kSerial), Error);
+  EXPECT_THROW(cumsum({2, 3}, 2, x, DType::Float32, y, DType::Float32, kSerial), Error);
+  EXPECT_THROW(cumsum({2, 3}, -3, x, DType::Float32, y, DType::Float32, kSerial), Error);
+}
+
+TEST(Reduction, CumsumRandom) {
+  const uint64_t seed = test_seed();
+  SEED_TRACE(seed);
+  std::mt19937_64 g(seed + 5);
+  const DType all[] = {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8};
+  for (int rep = 0; rep < 60; ++rep) {
+    const auto shape = random_shape(g, 4, 5000);
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    const int64_t dim = std::uniform_int_distribution<int64_t>(-std::max<int64_t>(rank, 1), std::max<int64_t>(rank, 1) - 1)(g);
+    const DType in = all[rep % 7];
+    const DType out = rep % 3 == 0 ? DType::Float32 : (is_floating(in) ? in : DType::Int64);
+    const int64_t n = numel(shape);
+    const auto x = random_data(g, in, n, 0);
+    std::vector<char> got(static_cast<size_t>(n) * dtype_size(out) + 1, 0x55), ref(got.size(), 0x55);
+    cumsum(shape, dim, x.data(), in, got.data(), out, rep % 2 ? static_cast<const Parallel&>(kTwo) : kSerial);
+    reference::cumsum(shape, dim, x.data(), in, ref.data(), out);
+    for (int64_t i = 0; i < n; ++i) {
+      const double a = get(got, out, i), b = get(ref, out, i);
+      ASSERT_TRUE(is_integral(out) ? a == b : close(a, b, 1e-6, 1e-5))
+          << "cumsum " << dtype_name(in) << "->" << dtype_name(out) << " " << shape_str(shape) << " dim " << dim
+          << " element " << i << ": got " << a << " expected " << b;
+    }
+    EXPECT_EQ(got.back(), 0x55);
+  }
+}
+
+}  // namespace
+}  // namespace dnnfusion
