@@ -52,6 +52,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
     result.passes.push_back(rec);
   };
 
+  if (debug) std::fprintf(stderr, "[dnnfusion] imported ECG:\n%s", g.dump().c_str());
   // The pass list, in order.
   run_pass("verify", [&](PassRecord&) { ecg::verify_graph(g); });
   run_pass("fold_constants", [&](PassRecord& rec) {

@@ -7,14 +7,6 @@ Importing this package registers nothing with Dynamo a second time.
 from .options import VALID_OPTIONS
 from .explain import explain, ExplainReport
 
-__all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "backend"]
+__all__ = ["explain", "ExplainReport", "VALID_OPTIONS"]
 __version__ = "0.1.0"
 
-
-def __getattr__(name):
-    # `dnnfusion.backend` is imported lazily: it pulls in torch._dynamo.
-    if name == "backend":
-        from . import backend
-
-        return backend
-    raise AttributeError(name)

@@ -29,7 +29,9 @@ _BINARY = {"add", "sub", "rsub", "mul", "div", "pow", "maximum", "minimum", "eq"
            "logical_and", "logical_or", "bitwise_and", "bitwise_or", "remainder", "floor_divide", "atan2",
            "where", "masked_fill"}
 _COMPARE = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or"}
-_SKIP_ARG_TYPES = ("Device", "Layout", "MemoryFormat", "Generator")
+# Arguments that do not change values in the core: the core's tensors are dense CPU tensors and
+# output strides are restored at the region boundary. (Their schema types print as plain ints.)
+_SKIP_ARGS = ("layout", "memory_format", "pin_memory", "device", "generator", "non_blocking")
 
 
 def op_name(target):
@@ -110,7 +112,7 @@ def normalize(node):
             operands.extend(v)
         elif _is_tensor_type(t) or (name in _BINARY and str(t) == "Scalar" and arg.name in ("self", "other", "exponent", "value")):
             operands.append(v)
-        elif any(s in str(t) for s in _SKIP_ARG_TYPES) or arg.name == "pin_memory":
+        elif arg.name in _SKIP_ARGS:
             if arg.name == "device" and v is not None and torch.device(v).type != "cpu":
                 raise Unsupported(f"device {v}")
             continue
@@ -167,7 +169,9 @@ class Lowerer:
 
     def __init__(self, gm, frozen, opts, report: GraphReport):
         self.gm = gm
-        self.frozen = frozen  # placeholder Node -> real tensor (parameters and buffers)
+        # placeholder name -> real tensor (parameters and buffers). Names, not Nodes: fx passes
+        # such as the partitioner's topological sort may rebuild the graph's nodes.
+        self.frozen = {(k.name if isinstance(k, fx.Node) else k): v for k, v in frozen.items()}
         self.opts = opts
         self.report = report
         self.decisions = {}  # Node -> (op, operands, attrs) or None
@@ -196,7 +200,7 @@ class Lowerer:
         raise Unsupported(f"operand of type {type(o).__name__}")
 
     def is_compile_time(self, n):
-        return (n.op == "placeholder" and n in self.frozen) or n.op == "get_attr"
+        return (n.op == "placeholder" and n.name in self.frozen) or n.op == "get_attr"
 
     def decide(self, node):
         if node.op != "call_function":
@@ -241,8 +245,8 @@ class Lowerer:
         placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
         for ph, outer in zip(placeholders, outer_args):
             v = outer.meta.get("val")
-            if outer.op == "placeholder" and outer in self.frozen:
-                env[ph] = g.add_weight(self.frozen[outer], outer.name)
+            if outer.op == "placeholder" and outer.name in self.frozen:
+                env[ph] = g.add_weight(self.frozen[outer.name], outer.name)
             elif outer.op == "get_attr":
                 env[ph] = g.add_weight(_fetch_attr(self.gm, outer.target), outer.name)
             else:

@@ -33,8 +33,9 @@ Graph fold_constants(const Graph& g, const GraphEvaluator& eval, int* folded) {
   int count = 0;
   for (const Node& n : g.nodes()) {
     bool foldable = true;
+    // Judged on the rewritten graph, so chains of weight-only nodes fold in one sweep.
     for (int in : n.inputs)
-      if (in >= 0 && !g.value(in).is_compile_time()) foldable = false;
+      if (in >= 0 && !(map[in] >= 0 ? out.value(map[in]).is_compile_time() : g.value(in).is_compile_time())) foldable = false;
     std::vector<OutputSpec> specs;
     for (int o : n.outputs) specs.push_back({g.value(o).shape, g.value(o).dtype});
     if (!foldable) {

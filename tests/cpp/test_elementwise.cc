@@ -374,7 +374,7 @@ TEST(Elementwise, CastsBetweenAllDtypes) {
   const float src[] = {2.7f, -2.7f, 300.5f, -0.0f, NAN, 0.25f};
   StridedArg a{src, DType::Float32, {1}};
   int64_t i64[6];
-  unary(UnaryOp::Identity, {}, {5}, a, i64, DType::Int64, kSerial);
+  unary(UnaryOp::Identity, {}, {4}, a, i64, DType::Int64, kSerial);  // NaN -> int is unspecified, skip it
   EXPECT_EQ(i64[0], 2);
   EXPECT_EQ(i64[1], -2);
   EXPECT_EQ(i64[2], 300);

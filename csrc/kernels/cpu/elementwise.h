@@ -115,6 +115,7 @@ inline float exp_f32(float x) {
   const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
   float xc = x < lo ? lo : x;
   xc = xc > hi ? hi : xc;
+  xc = xc == xc ? xc : 0.0f;  // keep the float->int conversion below in range for NaN input
   // Round-to-nearest via the 1.5*2^23 trick: SSE2 has no vector rint, and -O3 without
   // -ffast-math keeps the add/sub.
   const float magic = 12582912.0f;
@@ -130,7 +131,7 @@ inline float exp_f32(float x) {
   float y = p * r * r + r + 1.0f;
   int32_t k = static_cast<int32_t>(kf);
   int32_t k1 = k >> 1, k2 = k - k1;
-  int32_t b1 = (k1 + 127) << 23, b2 = (k2 + 127) << 23;
+  uint32_t b1 = static_cast<uint32_t>(k1 + 127) << 23, b2 = static_cast<uint32_t>(k2 + 127) << 23;
   float s1, s2;
   std::memcpy(&s1, &b1, 4);
   std::memcpy(&s2, &b2, 4);

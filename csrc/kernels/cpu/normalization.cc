@@ -1,6 +1,6 @@
 // Normalization kernels. Statistics use two passes in double (8 lanes so GCC vectorises the
-// float->double sums); the normalisation pass is a float multiply-add with per-row or
-// per-channel folded scale/shift.
+// float->double sums); the normalisation pass is float: centre, then scale and shift (batch norm
+// folds its running statistics into one per-channel scale/shift, as torch does).
 #include "kernels/cpu/normalization.h"
 
 #include <algorithm>
@@ -64,15 +64,17 @@ void layer_norm(const float* x, const float* weight, const float* bias, float ep
       moments(xr, cols, eps, &m, &rs);
       if (mean) mean[r] = static_cast<float>(m);
       if (rstd) rstd[r] = static_cast<float>(rs);
-      const float mf = static_cast<float>(m), rf = static_cast<float>(rs);
+      // mean split as mf + dm: x - mf is exact for x near the mean, so a large common offset
+      // (|mean| >> std) does not cost the float rounding of the mean
+      const float mf = static_cast<float>(m), dm = static_cast<float>(m - mf), rf = static_cast<float>(rs);
       if (weight && bias) {
-        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - mf) * rf * weight[i] + bias[i];
+        for (int64_t i = 0; i < cols; ++i) yr[i] = ((xr[i] - mf) - dm) * rf * weight[i] + bias[i];
       } else if (weight) {
-        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - mf) * rf * weight[i];
+        for (int64_t i = 0; i < cols; ++i) yr[i] = ((xr[i] - mf) - dm) * rf * weight[i];
       } else if (bias) {
-        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - mf) * rf + bias[i];
+        for (int64_t i = 0; i < cols; ++i) yr[i] = ((xr[i] - mf) - dm) * rf + bias[i];
       } else {
-        for (int64_t i = 0; i < cols; ++i) yr[i] = (xr[i] - mf) * rf;
+        for (int64_t i = 0; i < cols; ++i) yr[i] = ((xr[i] - mf) - dm) * rf;
       }
     }
   });
@@ -125,15 +127,17 @@ void group_norm(const float* x, const float* weight, const float* bias, float ep
       moments(xg, len, eps, &m, &rs);
       if (mean) mean[ng] = static_cast<float>(m);
       if (rstd) rstd[ng] = static_cast<float>(rs);
+      // centre first (mean split as mf + dm, see layer_norm) rather than folding the mean into
+      // a per-channel shift, which would cancel at the magnitude of the mean
+      const float mf = static_cast<float>(m), dm = static_cast<float>(m - mf);
       const int64_t c0 = (ng % G) * cpg;
       for (int64_t k = 0; k < cpg; ++k) {
         const int64_t c = c0 + k;
-        const double s = rs * (weight ? weight[c] : 1.0);
-        const float sf = static_cast<float>(s);
-        const float tf = static_cast<float>((bias ? bias[c] : 0.0) - m * s);
+        const float sf = static_cast<float>(rs * (weight ? weight[c] : 1.0));
+        const float tf = bias ? bias[c] : 0.0f;
         const float* xr = xg + k * inner;
         float* yr = yg + k * inner;
-        for (int64_t i = 0; i < inner; ++i) yr[i] = xr[i] * sf + tf;
+        for (int64_t i = 0; i < inner; ++i) yr[i] = ((xr[i] - mf) - dm) * sf + tf;
       }
     }
   });

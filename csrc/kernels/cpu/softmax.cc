@@ -55,8 +55,10 @@ void softmax_row(const float* x, float* y, int64_t n, bool log) {
   }
   const double sum = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]));
   if (log) {
-    const float sub = static_cast<float>(static_cast<double>(mx) + std::log(sum));
-    for (i = 0; i < n; ++i) y[i] = x[i] - sub;
+    // (x - max) is exact for the values that matter; folding max into the log term would
+    // round it at max's magnitude
+    const float ls = static_cast<float>(std::log(sum));
+    for (i = 0; i < n; ++i) y[i] = (x[i] - mx) - ls;
   } else {
     const float inv = static_cast<float>(1.0 / sum);
     for (i = 0; i < n; ++i) y[i] *= inv;
@@ -89,13 +91,12 @@ void softmax_cols(const float* x, float* y, int64_t dim, int64_t n, int64_t ld, 
     }
   }
   float f[kTile];
-  for (int64_t i = 0; i < n; ++i)
-    f[i] = log ? static_cast<float>(static_cast<double>(mx[i]) + std::log(sum[i])) : static_cast<float>(1.0 / sum[i]);
+  for (int64_t i = 0; i < n; ++i) f[i] = log ? static_cast<float>(std::log(sum[i])) : static_cast<float>(1.0 / sum[i]);
   for (int64_t d = 0; d < dim; ++d) {
     const float* r = x + d * ld;
     float* o = y + d * ld;
     if (log) {
-      for (int64_t i = 0; i < n; ++i) o[i] = r[i] - f[i];
+      for (int64_t i = 0; i < n; ++i) o[i] = (r[i] - mx[i]) - f[i];
     } else {
       for (int64_t i = 0; i < n; ++i) o[i] *= f[i];
     }

@@ -1,0 +1,82 @@
+"""The model zoo the project is tested and benchmarked on: torchvision CNNs/ViT built with
+``weights=None`` and HuggingFace transformers built from their config classes (random init, no
+download). torchvision and transformers are imported only when a model is asked for."""
+import torch
+
+TORCHVISION = [
+    "resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16_bn", "efficientnet_b0",
+    "densenet121", "squeezenet1_1", "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "vit_b_16",
+]
+TRANSFORMERS = ["bert", "distilbert", "gpt2", "albert", "mobilebert"]
+ALL = TORCHVISION + TRANSFORMERS
+
+_HF = {
+    "bert": ("BertConfig", "BertModel"),
+    "distilbert": ("DistilBertConfig", "DistilBertModel"),
+    "gpt2": ("GPT2Config", "GPT2Model"),
+    "albert": ("AlbertConfig", "AlbertModel"),
+    "mobilebert": ("MobileBertConfig", "MobileBertModel"),
+}
+
+
+def build(name, seed=0, **config_overrides):
+    """Returns (model in eval mode, input-maker(batch) -> tuple of inputs)."""
+    torch.manual_seed(seed)
+    if name in TORCHVISION:
+        import torchvision
+
+        model = getattr(torchvision.models, name)(weights=None).eval()
+        _randomize_zero_weights(model)
+
+        def inputs(batch, seed=seed):
+            g = torch.Generator().manual_seed(seed + 1)
+            return (torch.randn(batch, 3, 224, 224, generator=g),)
+
+        return model, inputs
+    if name in _HF:
+        import transformers
+
+        cfg_cls, model_cls = (getattr(transformers, n) for n in _HF[name])
+        cfg = cfg_cls(**config_overrides)
+        model = model_cls(cfg).eval()
+        vocab = cfg.vocab_size
+
+        def inputs(batch, seq=128, seed=seed):
+            g = torch.Generator().manual_seed(seed + 1)
+            return (torch.randint(0, vocab, (batch, seq), generator=g),)
+
+        return model, inputs
+    raise ValueError(f"unknown zoo model {name!r}; known: {', '.join(ALL)}")
+
+
+def _randomize_zero_weights(model):
+    """Some torchvision heads start at zero (ViT's classifier): every logit would be 0 and a
+    comparison with eager would prove nothing. Give such weights small random values."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2 and not p.any():
+                p.normal_(0.0, 0.02)
+
+
+def first_tensor(out):
+    """The main output of a zoo model (logits or last hidden state)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if hasattr(out, "last_hidden_state"):
+        return out.last_hidden_state
+    if isinstance(out, (tuple, list)):
+        return first_tensor(out[0])
+    raise TypeError(f"no tensor in output of type {type(out).__name__}")
+
+
+def all_tensors(out):
+    """Every tensor in a (possibly nested) model output, in a stable order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if hasattr(out, "to_tuple"):
+        out = out.to_tuple()
+    if isinstance(out, dict):
+        out = list(out.values())
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in all_tensors(o)]
+    return []

@@ -1,0 +1,281 @@
+// Runtime: memory planner, thread pool, executor (aliasing, liveness, errors) and the
+// constant-folding pass with the pipeline around it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "common/error.h"
+#include "ecg/verifier.h"
+#include "kernel_test_util.h"
+#include "pipeline.h"
+#include "rewrite/fold_constants.h"
+#include "runtime/executor.h"
+#include "runtime/memory_planner.h"
+#include "runtime/thread_pool.h"
+
+using namespace dnnfusion;
+using namespace dnnfusion::runtime;
+using ecg::Graph;
+
+// ---------------- memory planner ----------------
+namespace {
+void expect_valid_plan(const std::vector<BufferRequest>& reqs, const MemoryPlan& p) {
+  ASSERT_EQ(p.offsets.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(p.offsets[i] % 64, 0);
+    EXPECT_LE(p.offsets[i] + reqs[i].size, p.arena_bytes);
+    for (size_t j = i + 1; j < reqs.size(); ++j) {
+      bool live_together = reqs[i].first <= reqs[j].last && reqs[j].first <= reqs[i].last;
+      bool disjoint = p.offsets[i] + reqs[i].size <= p.offsets[j] || p.offsets[j] + reqs[j].size <= p.offsets[i];
+      if (live_together && reqs[i].size > 0 && reqs[j].size > 0) {
+        EXPECT_TRUE(disjoint) << "buffers " << i << " and " << j << " overlap";
+      }
+    }
+  }
+}
+}  // namespace
+
+TEST(MemoryPlanner, ChainReusesBuffers) {
+  // a -> b -> c -> d: each buffer dies when the next is written, so two slots suffice.
+  std::vector<BufferRequest> reqs = {{1000, 0, 1}, {1000, 1, 2}, {1000, 2, 3}, {1000, 3, 4}};
+  MemoryPlan p = plan_memory(reqs);
+  expect_valid_plan(reqs, p);
+  EXPECT_EQ(p.arena_bytes, 2 * 1024);
+  EXPECT_EQ(p.naive_bytes, 4 * 1024);
+}
+
+TEST(MemoryPlanner, RandomLifetimesNeverOverlapAndBeatNaive) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  SCOPED_TRACE(dnnfusion::testing::seed_note());
+  for (int trial = 0; trial < 200; ++trial) {
+    int n = static_cast<int>(dnnfusion::testing::rand_int(rng, 1, 40));
+    std::vector<BufferRequest> reqs;
+    for (int i = 0; i < n; ++i) {
+      int first = static_cast<int>(dnnfusion::testing::rand_int(rng, 0, 30));
+      int last = first + static_cast<int>(dnnfusion::testing::rand_int(rng, 0, 10));
+      reqs.push_back({dnnfusion::testing::rand_int(rng, 0, 5000), first, last});
+    }
+    MemoryPlan p = plan_memory(reqs);
+    expect_valid_plan(reqs, p);
+    EXPECT_LE(p.arena_bytes, p.naive_bytes);
+    // The peak can never be below the largest set of simultaneously live buffers.
+    int64_t lower = 0;
+    for (int step = 0; step <= 40; ++step) {
+      int64_t live = 0;
+      for (auto& r : reqs)
+        if (r.first <= step && step <= r.last) live += (r.size + 63) / 64 * 64;
+      lower = std::max(lower, live);
+    }
+    EXPECT_GE(p.arena_bytes, lower);
+  }
+}
+
+TEST(MemoryPlanner, RejectsBadRequests) {
+  EXPECT_THROW(plan_memory({{10, 3, 1}}), Error);
+  EXPECT_THROW(plan_memory({{-1, 0, 1}}), Error);
+  EXPECT_THROW(plan_memory({{1, 0, 1}}, 48), Error);
+}
+
+// ---------------- thread pool ----------------
+TEST(ThreadPool, CoversRangeExactlyOnce) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 2, 3, 7, 64, 1000, 100003}) {
+    for (int64_t grain : {1, 5, 4096}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      for (auto& h : hits) h = 0;
+      pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+        EXPECT_LT(b, e);
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
+    }
+  }
+}
+
+TEST(ThreadPool, UsesSeveralThreadsAndNestsSerially) {
+  ThreadPool pool(2);
+  std::mutex mu;
+  std::set<std::thread::id> ids;
+  std::atomic<int> inner_calls{0};
+  for (int rep = 0; rep < 50 && ids.size() < 2; ++rep)
+    pool.parallel_for(64, 1, [&](int64_t b, int64_t e) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        ids.insert(std::this_thread::get_id());
+      }
+      pool.parallel_for(10, 1, [&](int64_t ib, int64_t ie) {
+        EXPECT_EQ(ib, 0);  // nested call runs serially as one chunk
+        EXPECT_EQ(ie, 10);
+        inner_calls++;
+      });
+      for (volatile int64_t i = b; i < e; ++i) {
+      }
+    });
+  EXPECT_EQ(ids.size(), 2u);
+  EXPECT_GT(inner_calls.load(), 0);
+}
+
+TEST(ThreadPool, RethrowsWorkerExceptionsAndStaysUsable) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.parallel_for(100, 1, [&](int64_t b, int64_t) {
+    if (b >= 50) throw Error("boom");
+  }), Error);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(100, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 100);
+}
+
+TEST(ThreadPool, SleepsAfterIdleAndWakesUp) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // workers go to sleep
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 20);
+  EXPECT_EQ(pool.jobs_run(), 2);
+  EXPECT_GE(physical_core_count(), 1);
+}
+
+// ---------------- executor ----------------
+namespace {
+// y = relu(x * 2 + b), then permuted and viewed: exercises weights, scalar constants, an
+// elementwise chain, a non-contiguous view (copied) and a contiguous view (aliased).
+struct SmallNet {
+  Graph g;
+  std::vector<float> bias = {0.5f, -1.f, 2.f};
+  SmallNet() {
+    int x = g.add_input({2, 3}, DType::Float32, "x");
+    int b = g.add_weight({3}, DType::Float32, bias.data(), "b");
+    float two = 2.f;
+    int c2 = g.add_constant({}, DType::Float32, &two, "two");
+    int m = g.node(g.add_node("mul", {x, c2}, {{{2, 3}, DType::Float32}})).outputs[0];
+    int a = g.node(g.add_node("add", {m, b}, {{{2, 3}, DType::Float32}})).outputs[0];
+    int r = g.node(g.add_node("relu", {a}, {{{2, 3}, DType::Float32}})).outputs[0];
+    int p = g.node(g.add_node("permute", {r}, {{{3, 2}, DType::Float32}}, {{"dims", std::vector<int64_t>{1, 0}}})).outputs[0];
+    int v = g.node(g.add_node("view", {p}, {{{6}, DType::Float32}}, {{"size", std::vector<int64_t>{6}}})).outputs[0];
+    int s = g.node(g.add_node("sum", {v}, {{{}, DType::Float32}}, {{"dim", std::vector<int64_t>{0}}})).outputs[0];
+    g.set_outputs({v, s});
+  }
+  static void reference(const std::vector<float>& x, const std::vector<float>& bias, std::vector<float>* v, float* s) {
+    v->assign(6, 0.f);
+    *s = 0;
+    for (int i = 0; i < 2; ++i)
+      for (int j = 0; j < 3; ++j) {
+        float y = std::max(0.f, x[i * 3 + j] * 2.f + bias[j]);
+        (*v)[j * 2 + i] = y;
+        *s += y;
+      }
+  }
+};
+}  // namespace
+
+TEST(Executor, RunsSmallNetAndMatchesReference) {
+  SmallNet net;
+  Executable exe(net.g, ExecOptions{2});
+  std::vector<float> x = {1, -2, 3, -0.25f, 0.5f, -3};
+  std::vector<float> v(6), ref;
+  float s = 0, sref = 0;
+  exe.run({x.data()}, {v.data(), &s});
+  SmallNet::reference(x, net.bias, &ref, &sref);
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(v[i], ref[i]) << i;
+  EXPECT_NEAR(s, sref, 1e-5);
+  // mul, add, relu, permute (strided copy), sum: the view of an output is materialized too.
+  EXPECT_EQ(exe.stats().num_nodes, 6);
+  EXPECT_GT(exe.stats().arena_bytes, 0);
+  EXPECT_LE(exe.stats().arena_bytes, exe.stats().naive_bytes);
+}
+
+TEST(Executor, ContiguousViewsAreAliasedNotLaunched) {
+  Graph g;
+  int x = g.add_input({4, 6}, DType::Float32);
+  int r = g.node(g.add_node("relu", {x}, {{{4, 6}, DType::Float32}})).outputs[0];
+  int v = g.node(g.add_node("view", {r}, {{{24}, DType::Float32}}, {{"size", std::vector<int64_t>{24}}})).outputs[0];
+  int u = g.node(g.add_node("unsqueeze", {v}, {{{1, 24}, DType::Float32}}, {{"dim", int64_t{0}}})).outputs[0];
+  int sl = g.node(g.add_node("slice", {x}, {{{2, 6}, DType::Float32}}, {{"dim", int64_t{0}}, {"start", int64_t{2}}, {"end", int64_t{4}}, {"step", int64_t{1}}})).outputs[0];
+  int n = g.node(g.add_node("neg", {u}, {{{1, 24}, DType::Float32}})).outputs[0];
+  int e = g.node(g.add_node("exp", {sl}, {{{2, 6}, DType::Float32}})).outputs[0];
+  g.set_outputs({n, e});
+  Executable exe(g, ExecOptions{1});
+  EXPECT_EQ(exe.stats().aliased_views, 3);      // view, unsqueeze, slice of rows
+  EXPECT_EQ(exe.stats().kernels_per_call, 3);  // relu, neg, exp
+  std::vector<float> in(24), o1(24), o2(12);
+  std::iota(in.begin(), in.end(), -12.f);
+  exe.run({in.data()}, {o1.data(), o2.data()});
+  for (int i = 0; i < 24; ++i) EXPECT_FLOAT_EQ(o1[i], -std::max(0.f, in[i]));
+  for (int i = 0; i < 12; ++i) EXPECT_FLOAT_EQ(o2[i], std::exp(in[12 + i]));
+}
+
+TEST(Executor, UnsupportedNodeIsRejectedNamingTheNode) {
+  Graph g;
+  int x = g.add_input({1, 2, 4, 4}, DType::Float32);
+  std::vector<float> w(2 * 2 * 3 * 3, 1.f);
+  int wt = g.add_weight({2, 2, 3, 3}, DType::Float32, w.data());
+  int c = g.node(g.add_node("convolution", {x, wt, -1}, {{{1, 2, 6, 6}, DType::Float32}}, {{"transposed", int64_t{1}}}, "aten.convolution.default")).outputs[0];
+  g.set_outputs({c});
+  try {
+    Executable exe(g, ExecOptions{1});
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("convolution"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("transposed"), std::string::npos) << msg;
+  }
+}
+
+TEST(Executor, KernelErrorsNameTheNodeAndShapes) {
+  Graph g;
+  std::vector<float> table(4 * 3, 1.f);
+  int t = g.add_weight({4, 3}, DType::Float32, table.data());
+  int idx = g.add_input({2}, DType::Int64);
+  int e = g.node(g.add_node("embedding", {t, idx}, {{{2, 3}, DType::Float32}}, {}, "aten.embedding.default")).outputs[0];
+  g.set_outputs({e});
+  Executable exe(g, ExecOptions{1});
+  std::vector<int64_t> bad = {1, 9};
+  std::vector<float> out(6);
+  try {
+    exe.run({bad.data()}, {out.data()});
+    FAIL() << "expected an error";
+  } catch (const Error& err) {
+    std::string msg = err.what();
+    EXPECT_NE(msg.find("aten.embedding.default"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4x3"), std::string::npos) << msg;
+  }
+  std::vector<int64_t> good = {1, 3};
+  EXPECT_NO_THROW(exe.run({good.data()}, {out.data()}));
+}
+
+// ---------------- constant folding + pipeline ----------------
+TEST(FoldConstants, FoldsWeightOnlySubgraphsAndKeepsValues) {
+  // out = x @ t(W) + (arange(3) * 2): t(W) and the arange chain are weight-only.
+  Graph g;
+  std::vector<float> W = {1, 2, 3, 4, 5, 6};  // [3, 2]
+  int x = g.add_input({1, 2}, DType::Float32, "x");
+  int w = g.add_weight({3, 2}, DType::Float32, W.data(), "W");
+  int wt = g.node(g.add_node("t", {w}, {{{2, 3}, DType::Float32}})).outputs[0];
+  int ar = g.node(g.add_node("arange", {}, {{{3}, DType::Float32}}, {{"start", int64_t{0}}, {"end", int64_t{3}}, {"step", int64_t{1}}})).outputs[0];
+  float two = 2.f;
+  int c = g.add_constant({}, DType::Float32, &two);
+  int ar2 = g.node(g.add_node("mul", {ar, c}, {{{3}, DType::Float32}})).outputs[0];
+  int mm = g.node(g.add_node("mm", {x, wt}, {{{1, 3}, DType::Float32}})).outputs[0];
+  int out = g.node(g.add_node("add", {mm, ar2}, {{{1, 3}, DType::Float32}})).outputs[0];
+  g.set_outputs({out});
+
+  Compiled compiled = compile_graph(g, CompileOptions{1});
+  EXPECT_EQ(compiled.folded_nodes, 3);  // t, arange, mul
+  const Graph& after = compiled.exe->graph();
+  EXPECT_NO_THROW(ecg::verify_graph(after));
+  ASSERT_EQ(after.nodes().size(), 2u);  // mm, add
+  EXPECT_EQ(after.nodes()[0].op, "mm");
+  EXPECT_EQ(after.value(after.nodes()[0].inputs[1]).kind, ecg::ValueKind::Constant);
+  std::vector<float> in = {1.f, -1.f}, res(3);
+  compiled.exe->run({in.data()}, {res.data()});
+  for (int j = 0; j < 3; ++j) EXPECT_FLOAT_EQ(res[j], W[j * 2] - W[j * 2 + 1] + 2.f * j);
+  // Folding again changes nothing (the pass reaches a fixpoint in one sweep).
+  int again = -1;
+  rewrite::fold_constants(after, [](const Graph&) -> std::vector<std::vector<uint8_t>> { ADD_FAILURE(); return {}; }, &again);
+  EXPECT_EQ(again, 0);
+}

@@ -1,0 +1,51 @@
+"""End to end: every zoo model compiled with backend="dnnfusion" matches eager within
+max|out - ref| <= 2e-4 * max|ref|, and at least 90% of its ATen ops (by count) run in the core."""
+import pytest
+import torch
+
+import dnnfusion
+from dnnfusion import zoo
+
+TOL = 2e-4
+
+
+def check_model(model, inputs):
+    """Compares the compiled model with eager on every output tensor; returns the explain report."""
+    before = [x.clone() for x in inputs]
+    report = dnnfusion.explain(model, *inputs)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="dnnfusion", dynamic=False)
+    with torch.no_grad():
+        ref = zoo.all_tensors(model(*inputs))
+        out = zoo.all_tensors(compiled(*inputs))
+    assert len(out) == len(ref), f"{len(out)} outputs, eager has {len(ref)}"
+    worst = 0.0
+    for o, r in zip(out, ref):
+        assert o.dtype == r.dtype and o.shape == r.shape, f"{o.dtype}{tuple(o.shape)} vs eager {r.dtype}{tuple(r.shape)}"
+        if r.numel() == 0:
+            continue
+        if not r.is_floating_point():
+            assert torch.equal(o, r)
+            continue
+        assert torch.isfinite(o).all(), "non-finite values in the compiled output"
+        err = (o - r).abs().max().item()
+        scale = r.abs().max().item()
+        assert err <= TOL * scale + 1e-30, f"max|out-ref| = {err:.3e} > {TOL} * max|ref| = {TOL * scale:.3e}"
+        worst = max(worst, err / scale if scale else err)
+    for x, b in zip(inputs, before):
+        assert torch.equal(x, b), "an input was mutated"
+    return report, worst
+
+
+@pytest.mark.parametrize("batch", [1, 4])
+@pytest.mark.parametrize("name", zoo.ALL)
+def test_zoo_model_matches_eager(name, batch):
+    model, make_inputs = zoo.build(name)
+    inputs = make_inputs(batch)
+    report, worst = check_model(model, inputs)
+    fallbacks = {op: dict(r) for op, r in report.fallbacks.items()}
+    print(f"\n{name} batch {batch}: {report.n_core}/{report.n_total} ATen ops in the core "
+          f"({100 * report.coverage:.1f}%), max rel error {worst:.2e}, kernels/call {report.kernels_per_call}, "
+          f"fallbacks {fallbacks}")
+    assert report.n_total > 0
+    assert report.coverage >= 0.90, f"only {100 * report.coverage:.1f}% of ATen ops ran in the core: {fallbacks}"
