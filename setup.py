@@ -52,6 +52,11 @@ class CMakeBuild(build_ext):
         out_path.parent.mkdir(parents=True, exist_ok=True)
         if built.resolve() != out_path:
             shutil.copy2(built, out_path)
+        # Editable installs import the package from the checkout: put the extension there too.
+        if getattr(self, "editable_mode", False) or self.inplace:
+            inplace = ROOT / "dnnfusion" / out_path.name
+            if inplace.resolve() != out_path:
+                shutil.copy2(out_path, inplace)
 
 
 setup(

@@ -1,0 +1,69 @@
+"""dnnfusion quickstart: compile real models with torch.compile(backend="dnnfusion"), check them
+against eager PyTorch, and time both (median of interleaved runs, same thread count).
+
+    python examples/quickstart.py [--threads 2] [--runs 20] [--models resnet50,distilbert]
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+import dnnfusion
+from dnnfusion import zoo
+from dnnfusion.report import collecting
+
+
+def timed(fn, *args):
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=20)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--models", default="resnet50,distilbert")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch {torch.__version__}, dnnfusion {dnnfusion.__version__}, {args.threads} threads, "
+          f"core ISA {dnnfusion._C.isa()}, batch {args.batch}\n")
+    rows = []
+    for name in args.models.split(","):
+        model, make_inputs = zoo.build(name)
+        inputs = make_inputs(args.batch)
+        compiled = torch.compile(model, backend="dnnfusion", options={"threads": args.threads}, dynamic=False)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            with collecting() as graphs:
+                out = zoo.first_tensor(compiled(*inputs))
+            compile_s = time.perf_counter() - t0
+            ref = zoo.first_tensor(model(*inputs))
+            report = dnnfusion.ExplainReport(graphs)
+            err = (out - ref).abs().max().item()
+            rel = err / ref.abs().max().item()
+            for _ in range(3):  # warm up both
+                model(*inputs)
+                compiled(*inputs)
+            te, td = [], []
+            for _ in range(args.runs):  # interleaved, so machine noise hits both alike
+                te.append(timed(model, *inputs))
+                td.append(timed(compiled, *inputs))
+        me, md = statistics.median(te), statistics.median(td)
+        rows.append((name, rel, report, me, md, compile_s))
+        print(f"{name}: output {tuple(out.shape)}, max|out-eager| = {err:.3e} ({rel:.2e} of max|eager|), "
+              f"{report.n_core}/{report.n_total} ATen ops in the core ({100 * report.coverage:.1f}%), "
+              f"{report.kernels_per_call} kernels/call, compile {compile_s:.1f} s")
+        print(f"  median latency: eager {1e3 * me:.2f} ms, dnnfusion {1e3 * md:.2f} ms -> {me / md:.2f}x\n")
+    print(f"{'model':<12} {'rel.err':>9} {'core ops':>9} {'eager ms':>9} {'dnnf ms':>9} {'speedup':>8}")
+    for name, rel, rep, me, md, _ in rows:
+        print(f"{name:<12} {rel:9.2e} {100 * rep.coverage:8.1f}% {1e3 * me:9.2f} {1e3 * md:9.2f} {me / md:7.2f}x")
+    ok = all(rel <= 2e-4 for _, rel, *_ in rows)
+    print("\nall outputs match eager within 2e-4 * max|ref|" if ok else "\nMISMATCH against eager")
+    raise SystemExit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

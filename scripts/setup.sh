@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs what dnnfusion needs on a fresh Debian 12 machine and builds it; safe to re-run:
+# each step is skipped when its result is already there.
+#   - Debian packages: a C++ compiler, GoogleTest, Python venv support
+#   - a virtualenv OUTSIDE the checkout ($DNNFUSION_VENV, default ~/.venvs/dnnfusion), so fresh
+#     clones reuse it instead of reinstalling gigabytes of torch
+#   - Python packages pinned in requirements.txt (torch==2.14.1, torchvision==0.29.1, ...)
+#   - the build: pip install --no-build-isolation -e . (CMake; incremental in build/)
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${DNNFUSION_VENV:-$HOME/.venvs/dnnfusion}"
+
+need_apt=()
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
+[ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "[setup] apt-get install ${need_apt[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating virtualenv $VENV"
+  python3 -m venv "$VENV"
+fi
+PY="$VENV/bin/python"
+
+if ! "$PY" -c "import torch, torchvision, transformers, pytest, pybind11, numpy, tqdm, cmake, ninja, setuptools; assert torch.__version__.startswith('2.14.1')" >/dev/null 2>&1; then
+  echo "[setup] pip install -r requirements.txt"
+  "$PY" -m pip install -q -r "$ROOT/requirements.txt"
+fi
+
+export PATH="$VENV/bin:$PATH"
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+echo "[setup] building dnnfusion (incremental)"
+"$PY" -m pip install -q --no-build-isolation --no-deps -e "$ROOT"
+"$PY" -c "import dnnfusion._C" || { echo "[setup] dnnfusion._C failed to import" >&2; exit 1; }
+echo "[setup] ready: $PY"

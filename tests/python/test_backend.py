@@ -1,0 +1,253 @@
+"""The backend's contract: entry-point registration, options, fallbacks, shape/dtype changes,
+errors, explain(), the fake kernel, and the debug dump."""
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dnnfusion
+from dnnfusion import _C
+from dnnfusion.report import collecting
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def compiled_run(model, *inputs, **kw):
+    f = torch.compile(model, backend="dnnfusion", **kw)
+    with torch.no_grad():
+        return f(*inputs)
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.conv(x)))
+        return self.fc(y.mean(dim=(2, 3)))
+
+
+def run_py(code, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=e,
+                          cwd=ROOT, timeout=600)
+
+
+def test_entry_point_in_fresh_interpreter_and_no_duplicate_registration():
+    r = run_py("""
+        import sys, torch
+        m = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)).eval()
+        x = torch.randn(3, 16)
+        assert "dnnfusion" not in sys.modules
+        f = torch.compile(m, backend="dnnfusion")
+        with torch.no_grad():
+            y = f(x)
+        assert "dnnfusion" in sys.modules, "backend was not loaded through the entry point"
+        assert torch.allclose(y, m(x), atol=1e-5), (y - m(x)).abs().max()
+        import dnnfusion                                # must not register the backend again
+        import importlib; importlib.reload(dnnfusion)
+        from torch._dynamo import list_backends
+        assert "dnnfusion" in list_backends()
+        torch._dynamo.reset()
+        with torch.no_grad():
+            y2 = torch.compile(m, backend="dnnfusion")(x)
+        assert torch.allclose(y2, m(x), atol=1e-5)
+        print("OK")
+    """)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "OK" in r.stdout
+
+
+def test_unknown_option_lists_valid_ones():
+    m = ConvNet().eval()
+    with pytest.raises(Exception) as ei:
+        compiled_run(m, torch.randn(1, 3, 8, 8), options={"fusoin": "tvm"})
+    msg = str(ei.value)
+    assert "fusoin" in msg and "threads" in msg
+    assert isinstance(ei.value, ValueError) or "ValueError" in msg
+
+
+@pytest.mark.parametrize("bad", [0, -2, "4", 2.5, True])
+def test_bad_thread_count_is_rejected(bad):
+    with pytest.raises(ValueError, match="threads"):
+        dnnfusion.options.parse_options({"threads": bad})
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_thread_counts_give_the_same_result(threads):
+    torch.manual_seed(0)
+    m = ConvNet().eval()
+    x = torch.randn(2, 3, 16, 16)
+    y = compiled_run(m, x, options={"threads": threads})
+    torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_grad_enabled_runs_eagerly_with_one_warning():
+    m = ConvNet().eval()
+    x = torch.randn(1, 3, 8, 8)
+    f = torch.compile(m, backend="dnnfusion")
+    import dnnfusion.backend as b
+
+    b._warned.discard("grad")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        y1 = f(x)
+        y2 = f(x)
+    msgs = [str(x.message) for x in w if "dnnfusion" in str(x.message)]
+    assert len(msgs) == 1 and "grad" in msgs[0]
+    assert y1.requires_grad  # eager autograd still works
+    torch.testing.assert_close(y2, m(x))
+
+
+def test_shape_changes_never_fail_and_stay_correct():
+    torch.manual_seed(0)
+    m = ConvNet().eval()
+    f = torch.compile(m, backend="dnnfusion")  # dynamic shapes allowed: Dynamo goes symbolic
+    with torch.no_grad(), collecting() as graphs:
+        for n, hw in [(1, 8), (2, 8), (3, 12), (2, 8), (5, 9)]:
+            x = torch.randn(n, 3, hw, hw)
+            torch.testing.assert_close(f(x), m(x), rtol=1e-5, atol=1e-5)
+    notes = [n for g in graphs for n in g.notes]
+    assert any("dynamic" in n for n in notes), notes
+    assert any("specialized" in n for n in notes), notes
+
+
+def test_dtype_and_rank_changes_recompile_and_stay_correct():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 4), nn.Tanh()).eval()
+    f = torch.compile(m, backend="dnnfusion", dynamic=False)
+    with torch.no_grad():
+        x = torch.randn(3, 6)
+        torch.testing.assert_close(f(x), m(x))
+        x3 = torch.randn(2, 3, 6)  # new rank
+        torch.testing.assert_close(f(x3), m(x3))
+        m64 = m.double()
+        xd = torch.randn(3, 6, dtype=torch.float64)  # new dtype (weights too)
+        torch.testing.assert_close(f(xd), m64(xd))
+
+
+def test_region_rejects_inputs_it_was_not_compiled_for():
+    m = ConvNet().eval()
+    with collecting() as graphs:
+        compiled_run(m, torch.randn(1, 3, 8, 8), dynamic=False)
+    handle = graphs[0].regions[0]["handle"]
+    with pytest.raises(RuntimeError, match="compiled for"):
+        torch.ops.dnnfusion.run(handle, [torch.randn(1, 3, 9, 9)])
+    with pytest.raises(RuntimeError, match="dtype"):
+        torch.ops.dnnfusion.run(handle, [torch.randn(1, 3, 8, 8, dtype=torch.float64)])
+    with pytest.raises(RuntimeError, match="expects 1 inputs"):
+        torch.ops.dnnfusion.run(handle, [])
+    with pytest.raises(RuntimeError, match="unknown or released"):
+        torch.ops.dnnfusion.run(10**9, [])
+
+
+def test_core_error_surfaces_as_python_exception_naming_op_and_shapes():
+    emb = nn.Embedding(10, 4).eval()
+    f = torch.compile(emb, backend="dnnfusion", dynamic=False)
+    with torch.no_grad():
+        f(torch.tensor([1, 2, 3]))
+        with pytest.raises(RuntimeError) as ei:
+            f(torch.tensor([1, 2, 12]))
+    msg = str(ei.value)
+    assert "embedding" in msg and "10x4" in msg, msg
+
+
+def test_unsupported_ops_fall_back_and_are_reported():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.up = nn.ConvTranspose2d(4, 4, 2, stride=2)  # transposed conv: no core kernel
+            self.conv = nn.Conv2d(4, 4, 3, padding=1)
+
+        def forward(self, x):
+            return torch.sigmoid(self.conv(self.up(torch.relu(x))))
+
+    torch.manual_seed(0)
+    m = M().eval()
+    x = torch.randn(1, 4, 6, 6)
+    rep = dnnfusion.explain(m, x)
+    text = str(rep)
+    assert "aten.convolution.default" in rep.fallbacks
+    reasons = " ".join(rep.fallbacks["aten.convolution.default"])
+    assert "transposed" in reasons
+    assert "fallback ops" in text and "transposed" in text
+    assert 0 < rep.n_core < rep.n_total
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled_run(m, x), m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_explain_reports_ops_kernels_and_memory():
+    torch.manual_seed(0)
+    m = ConvNet().eval()
+    rep = dnnfusion.explain(m, torch.randn(2, 3, 16, 16))
+    assert rep.coverage == 1.0
+    assert rep.ops_total["aten.convolution.default"] == 1
+    assert rep.ops_core["aten.addmm.default"] == 1
+    assert rep.kernels_per_call >= 5
+    assert rep.peak_bytes >= 2 * 8 * 16 * 16 * 4  # at least the conv output lives in the arena
+    text = str(rep)
+    for needle in ("ATen ops seen", "ops run in the core", "kernels per call", "peak planned memory", "fallback ops: none"):
+        assert needle in text
+
+
+def test_inputs_are_not_mutated_and_noncontiguous_inputs_work():
+    torch.manual_seed(0)
+    m = ConvNet().eval()
+    x = torch.randn(2, 3, 16, 16).transpose(2, 3)  # non-contiguous
+    before = x.clone()
+    y = compiled_run(m, x, dynamic=False)
+    assert torch.equal(x, before)
+    torch.testing.assert_close(y, m(x), rtol=1e-5, atol=1e-5)
+
+
+def test_in_place_ops_in_the_model_match_eager():
+    class M(nn.Module):
+        def forward(self, x):
+            y = x * 2
+            y.add_(1)
+            y.relu_()
+            return y.view(-1)[:5]
+
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled_run(M(), x, dynamic=False), M()(x))
+
+
+def test_fake_kernel_gives_output_metadata():
+    m = nn.Sequential(nn.Linear(6, 4), nn.ReLU()).eval()
+    with collecting() as graphs:
+        compiled_run(m, torch.randn(3, 6), dynamic=False)
+    handle = graphs[0].regions[0]["handle"]
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        outs = torch.ops.dnnfusion.run(handle, [torch.empty(3, 6)])
+    assert [tuple(o.shape) for o in outs] == [(3, 4)]
+
+
+def test_debug_env_dumps_the_ecg_after_each_pass():
+    r = run_py("""
+        import torch
+        m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval()
+        with torch.no_grad():
+            torch.compile(m, backend="dnnfusion")(torch.randn(2, 4))
+    """, env={"DNNFUSION_DEBUG": "1", "DNNFUSION_TIME_PASSES": "1"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "imported ECG" in r.stderr and "after pass fold_constants" in r.stderr and "addmm" in r.stderr
+    assert "pass plan_and_bind" in r.stderr
+
+
+def test_registry_classifies_every_supported_op():
+    for op in _C.registry_ops():
+        info = _C.op_info(op)
+        assert info["mapping"] in ("One-to-One", "One-to-Many", "Many-to-Many", "Reorganize", "Shuffle")
+        assert info["has_kernel"], op
