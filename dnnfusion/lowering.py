@@ -110,7 +110,7 @@ def normalize(node):
         t = arg.type
         if _is_tensor_list_type(t):
             operands.extend(v)
-        elif _is_tensor_type(t) or (name in _BINARY and str(t) == "Scalar" and arg.name in ("self", "other", "exponent", "value")):
+        elif _is_tensor_type(t) or (name in _BINARY and str(t) in ("Scalar", "number") and arg.name in ("self", "other", "exponent", "value")):
             operands.append(v)
         elif arg.name in _SKIP_ARGS:
             if arg.name == "device" and v is not None and torch.device(v).type != "cpu":

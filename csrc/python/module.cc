@@ -210,7 +210,9 @@ TORCH_LIBRARY(dnnfusion, m) {
   m.def("run(int handle, Tensor[] inputs) -> Tensor[]");
 }
 
-TORCH_LIBRARY_IMPL(dnnfusion, CPU, m) { m.impl("run", &run_region); }
+// CompositeExplicitAutograd rather than CPU: a region whose operands are all weights has no
+// tensor argument to dispatch on, and run() checks devices itself.
+TORCH_LIBRARY_IMPL(dnnfusion, CompositeExplicitAutograd, m) { m.impl("run", &run_region); }
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "dnnfusion core bridge";
