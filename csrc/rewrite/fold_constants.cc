@@ -1,5 +1,8 @@
 #include "rewrite/fold_constants.h"
 
+#include <map>
+#include <sstream>
+
 #include "common/error.h"
 
 namespace dnnfusion::rewrite {
@@ -17,8 +20,33 @@ int copy_leaf(Graph& out, const Value& v) {
 }
 }  // namespace
 
+namespace {
+// Identity of a foldable node: same op, same (already folded) operands, same attributes. Models
+// that share weights across layers (ALBERT) repeat t(W) per layer; folding it once avoids both the
+// work and a copy per layer.
+std::string fold_key(const Node& n, const std::vector<int>& mapped_inputs, const Graph& g) {
+  std::ostringstream os;
+  os << n.op << "(";
+  for (int v : mapped_inputs) os << v << ",";
+  os << ")";
+  for (const auto& [k, a] : n.attrs) os << k << "=" << a.index() << ":" << std::visit([](const auto& x) {
+    std::ostringstream s;
+    if constexpr (std::is_same_v<std::decay_t<decltype(x)>, std::vector<int64_t>> ||
+                  std::is_same_v<std::decay_t<decltype(x)>, std::vector<double>>) {
+      for (const auto& e : x) s << e << " ";
+    } else {
+      s << x;
+    }
+    return s.str();
+  }, a) << ";";
+  for (int o : n.outputs) os << "|" << static_cast<int>(g.value(o).dtype) << ":" << ecg::shape_str(g.value(o).shape);
+  return os.str();
+}
+}  // namespace
+
 Graph fold_constants(const Graph& g, const GraphEvaluator& eval, int* folded) {
   Graph out;
+  std::map<std::string, std::vector<int>> done;  // fold_key -> folded output ids
   std::vector<int> map(g.values().size(), -1);
   for (int id : g.inputs()) map[id] = out.add_input(g.value(id).shape, g.value(id).dtype, g.value(id).name);
   auto mapped = [&](int old) {
@@ -45,6 +73,14 @@ Graph fold_constants(const Graph& g, const GraphEvaluator& eval, int* folded) {
       for (size_t i = 0; i < n.outputs.size(); ++i) map[n.outputs[i]] = out.node(nid).outputs[i];
       continue;
     }
+    std::vector<int> mapped_ins;
+    for (int in : n.inputs) mapped_ins.push_back(mapped(in));
+    const std::string key = fold_key(n, mapped_ins, g);
+    if (auto it = done.find(key); it != done.end()) {
+      for (size_t i = 0; i < n.outputs.size(); ++i) map[n.outputs[i]] = it->second[i];
+      ++count;
+      continue;
+    }
     // Evaluate the node alone, its operands bound to the current compile-time data.
     Graph single;
     std::vector<int> ins;
@@ -60,10 +96,13 @@ Graph fold_constants(const Graph& g, const GraphEvaluator& eval, int* folded) {
     single.set_outputs(single.node(sid).outputs);
     std::vector<std::vector<uint8_t>> bytes = eval(single);
     DNNF_CHECK(bytes.size() == n.outputs.size(), "evaluator returned ", bytes.size(), " outputs for ", n.op);
+    std::vector<int> folded_ids;
     for (size_t i = 0; i < n.outputs.size(); ++i) {
       const Value& ov = g.value(n.outputs[i]);
       map[ov.id] = out.add_constant(ov.shape, ov.dtype, bytes[i].data(), "folded_" + ov.name);
+      folded_ids.push_back(map[ov.id]);
     }
+    done.emplace(key, std::move(folded_ids));
     ++count;
   }
   std::vector<int> outs;
