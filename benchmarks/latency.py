@@ -19,6 +19,7 @@ import torch
 from tqdm import tqdm
 
 import dnnfusion
+from dnnfusion import _C
 from dnnfusion import zoo
 from dnnfusion.report import collecting
 
@@ -48,7 +49,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    machine = {"cpu": cpu_name(), "cores": os.cpu_count(), "isa": dnnfusion._C.isa(), "torch": torch.__version__,
+    machine = {"cpu": cpu_name(), "cores": os.cpu_count(), "isa": _C.isa(), "torch": torch.__version__,
                "threads": args.threads, "batch": args.batch, "date": datetime.date.today().isoformat()}
     rows = []
     for name in tqdm(args.models.split(","), desc="models"):

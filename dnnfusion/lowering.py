@@ -6,6 +6,7 @@ custom op ``torch.ops.dnnfusion.run``. Unsupported nodes stay as ATen calls and 
 reason is recorded in the GraphReport.
 """
 import numbers
+import operator
 import weakref
 
 import torch
@@ -207,7 +208,7 @@ class Lowerer:
             return False
         if node in self.decisions:
             return self.decisions[node] is not None
-        if node.target is __import__("operator").getitem:
+        if node.target is operator.getitem:
             src = node.args[0]
             ok = isinstance(src, fx.Node) and self.decide(src)
             self.decisions[node] = ("getitem",) if ok else None
@@ -256,7 +257,7 @@ class Lowerer:
         for n in sub.graph.nodes:
             if n.op != "call_function":
                 continue
-            if n.target is __import__("operator").getitem:
+            if n.target is operator.getitem:
                 env[n] = env[n.args[0]][n.args[1]]
                 continue
             name, operands, attrs = normalize(n)
@@ -312,8 +313,6 @@ def _release(handles):
 def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.GraphModule:
     """Rewrites `gm` in place so that supported regions run in the core; returns it."""
     lowerer = Lowerer(gm, frozen, opts, report)
-    import operator
-
     for n in gm.graph.nodes:
         if n.op == "call_function" and n.target is not operator.getitem:
             name = aten_name(n.target) if isinstance(n.target, torch._ops.OpOverload) else str(n.target)

@@ -10,6 +10,7 @@ import time
 import torch
 
 import dnnfusion
+from dnnfusion import _C
 from dnnfusion import zoo
 from dnnfusion.report import collecting
 
@@ -29,7 +30,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     print(f"torch {torch.__version__}, dnnfusion {dnnfusion.__version__}, {args.threads} threads, "
-          f"core ISA {dnnfusion._C.isa()}, batch {args.batch}\n")
+          f"core ISA {_C.isa()}, batch {args.batch}\n")
     rows = []
     for name in args.models.split(","):
         model, make_inputs = zoo.build(name)

@@ -1,6 +1,6 @@
-// Shared helpers for the CPU-kernel tests: replayable seed, random data, magnitude-relative
-// comparison, the ISA list to sweep, and a real multi-threaded Parallel so the kernels' work
-// splitting is exercised (not only SerialParallel).
+// Shared helpers for the CPU-kernel tests: replayable seed, random data, shape helpers, typed
+// access to raw dtype buffers, magnitude-relative comparison, the ISA list to sweep, and a real
+// multi-threaded Parallel so the kernels' work splitting is exercised (not only SerialParallel).
 #pragma once
 #include <gtest/gtest.h>
 
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <random>
@@ -17,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/dtype.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 
@@ -44,6 +46,47 @@ inline std::vector<float> random_vec(std::mt19937_64& rng, size_t n, float lo = 
 
 inline int64_t rand_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // inclusive
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+}
+
+inline int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto x : s) n *= x;
+  return n;
+}
+
+inline std::string shape_str(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (auto x : s) r += std::to_string(x) + ",";
+  return r + "]";
+}
+
+// Element i of a raw buffer holding dtype t, read as / written from a double (Float16 and
+// BFloat16 are not handled: read gives 0, write does nothing).
+inline double read_value(const std::vector<char>& buf, DType t, int64_t i) {
+  const char* p = buf.data() + i * dtype_size(t);
+  switch (t) {
+    case DType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
+    case DType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
+    case DType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
+    case DType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
+    case DType::Bool: case DType::UInt8: return static_cast<uint8_t>(*p);
+    case DType::Int8: return static_cast<int8_t>(*p);
+    default: return 0;
+  }
+}
+
+inline void write_value(std::vector<char>& buf, DType t, int64_t i, double v) {
+  char* p = buf.data() + i * dtype_size(t);
+  switch (t) {
+    case DType::Float32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
+    case DType::Float64: std::memcpy(p, &v, 8); break;
+    case DType::Int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
+    case DType::Int32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
+    case DType::Bool: *p = v != 0; break;
+    case DType::UInt8: *p = static_cast<char>(static_cast<uint8_t>(static_cast<int64_t>(v))); break;
+    case DType::Int8: *p = static_cast<char>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
+    default: break;
+  }
 }
 
 // |got-ref| <= rel * max|ref| + abs_tol everywhere; NaN must match NaN; +-inf must match exactly.

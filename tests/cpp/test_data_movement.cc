@@ -9,71 +9,27 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <numeric>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/data_movement.h"
 #include "kernels/reference/ref_elementwise_misc.h"
+#include "kernel_test_util.h"
 
 namespace dnnfusion {
 namespace {
 
 using namespace kernels;
 
-uint64_t test_seed() {
-  const char* s = std::getenv("DNNFUSION_TEST_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20240611ull;
-}
-#define SEED_TRACE(seed) SCOPED_TRACE(::testing::Message() << "DNNFUSION_TEST_SEED=" << (seed))
-
-// Two std::threads per call; nested calls run serially; first exception rethrown.
-struct TwoThreadParallel final : Parallel {
-  int num_threads() const override { return 2; }
-  void parallel_for(int64_t n, int64_t grain, const RangeFn& fn) const override {
-    static thread_local bool inside = false;
-    if (n <= 0) return;
-    if (inside || n <= grain) {
-      fn(0, n);
-      return;
-    }
-    const int64_t mid = std::max<int64_t>(grain, n / 2);
-    std::exception_ptr err;
-    std::mutex mu;
-    auto run = [&](int64_t b, int64_t e) {
-      inside = true;
-      try {
-        fn(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> l(mu);
-        if (!err) err = std::current_exception();
-      }
-      inside = false;
-    };
-    std::thread t(run, mid, n);
-    run(0, mid);
-    t.join();
-    if (err) std::rethrow_exception(err);
-  }
-};
+using testing::test_seed;
+using testing::numel;
+using testing::shape_str;
 
 const SerialParallel kSerial;
-const TwoThreadParallel kTwo;
+const testing::ThreadParallel kTwo(2);
 
-int64_t numel(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (auto x : s) n *= x;
-  return n;
-}
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (auto x : s) r += std::to_string(x) + ",";
-  return r + "]";
-}
 std::vector<unsigned char> random_bytes(std::mt19937_64& g, size_t n) {
   std::vector<unsigned char> b(std::max<size_t>(n, 1));
   for (auto& c : b) c = static_cast<unsigned char>(g());
@@ -94,7 +50,7 @@ std::vector<int64_t> random_shape(std::mt19937_64& g, int max_rank, int64_t cap)
 
 TEST(DataMovement, StridedCopyRandomViews) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed);
   const size_t sizes[] = {1, 2, 4, 8, 3, 16};
   for (int rep = 0; rep < 300; ++rep) {
@@ -132,7 +88,7 @@ TEST(DataMovement, StridedCopyRandomViews) {
 
 TEST(DataMovement, StridedCopyFastPaths) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 1);
   struct Case { std::vector<int64_t> shape, strides; int64_t offset; };
   const Case cases[] = {
@@ -166,7 +122,7 @@ TEST(DataMovement, StridedCopyFastPaths) {
 
 TEST(DataMovement, ConcatRandom) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 2);
   for (int rep = 0; rep < 100; ++rep) {
     auto base = random_shape(g, 4, 5000);
@@ -205,7 +161,7 @@ TEST(DataMovement, ConcatRandom) {
 
 TEST(DataMovement, IndexSelectAndEmbedding) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 3);
   for (int rep = 0; rep < 60; ++rep) {
     const int64_t outer = std::uniform_int_distribution<int64_t>(1, 6)(g);
@@ -245,7 +201,7 @@ TEST(DataMovement, IndexSelectAndEmbedding) {
 
 TEST(DataMovement, GatherRandom) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 4);
   for (int rep = 0; rep < 80; ++rep) {
     const auto src_shape = random_shape(g, 4, 4000);
@@ -276,7 +232,7 @@ TEST(DataMovement, GatherRandom) {
 
 TEST(DataMovement, ConstantPadRandom) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 5);
   const DType dts[] = {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8};
   for (int rep = 0; rep < 120; ++rep) {

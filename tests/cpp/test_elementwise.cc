@@ -6,89 +6,29 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
-#include <mutex>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/reference/ref_elementwise_misc.h"
+#include "kernel_test_util.h"
 
 namespace dnnfusion {
 namespace {
 
 using namespace kernels;
 
-uint64_t test_seed() {
-  const char* s = std::getenv("DNNFUSION_TEST_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20240611ull;
-}
-#define SEED_TRACE(seed) SCOPED_TRACE(::testing::Message() << "DNNFUSION_TEST_SEED=" << (seed))
-
-// Two std::threads per call; nested calls run serially; first exception rethrown.
-struct TwoThreadParallel final : Parallel {
-  int num_threads() const override { return 2; }
-  void parallel_for(int64_t n, int64_t grain, const RangeFn& fn) const override {
-    static thread_local bool inside = false;
-    if (n <= 0) return;
-    if (inside || n <= grain) {
-      fn(0, n);
-      return;
-    }
-    const int64_t mid = std::max<int64_t>(grain, n / 2);
-    std::exception_ptr err;
-    std::mutex mu;
-    auto run = [&](int64_t b, int64_t e) {
-      inside = true;
-      try {
-        fn(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> l(mu);
-        if (!err) err = std::current_exception();
-      }
-      inside = false;
-    };
-    std::thread t(run, mid, n);
-    run(0, mid);
-    t.join();
-    if (err) std::rethrow_exception(err);
-  }
-};
+using testing::test_seed;
+using testing::read_value;
+using testing::write_value;
+using testing::numel;
+using testing::shape_str;
 
 const SerialParallel kSerial;
-const TwoThreadParallel kTwo;
+const testing::ThreadParallel kTwo(2);
 
 const DType kAll[] = {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8};
-
-double get(const std::vector<char>& buf, DType t, int64_t i) {
-  const char* p = buf.data() + i * dtype_size(t);
-  switch (t) {
-    case DType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::Bool: case DType::UInt8: return static_cast<uint8_t>(*p);
-    case DType::Int8: return static_cast<int8_t>(*p);
-    default: return 0;
-  }
-}
-void put(std::vector<char>& buf, DType t, int64_t i, double v) {
-  char* p = buf.data() + i * dtype_size(t);
-  switch (t) {
-    case DType::Float32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-    case DType::Float64: std::memcpy(p, &v, 8); break;
-    case DType::Int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-    case DType::Int32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case DType::Bool: *p = v != 0; break;
-    case DType::UInt8: *p = static_cast<char>(static_cast<uint8_t>(static_cast<int64_t>(v))); break;
-    case DType::Int8: *p = static_cast<char>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
-    default: break;
-  }
-}
 
 enum class Dist { Normal, Positive, NonZero, SmallInt, Special };
 
@@ -157,7 +97,7 @@ Operand make_operand(std::mt19937_64& g, const std::vector<int64_t>& shape, DTyp
   }
   const int64_t span = st;
   op.buf.assign(static_cast<size_t>(span) * dtype_size(t), 0);
-  for (int64_t i = 0; i < span; ++i) put(op.buf, t, i, draw(g, t, d));
+  for (int64_t i = 0; i < span; ++i) write_value(op.buf, t, i, draw(g, t, d));
   return op;
 }
 
@@ -175,18 +115,6 @@ std::vector<int64_t> random_shape(std::mt19937_64& g, int max_rank = 5) {
   return s;
 }
 
-int64_t numel(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (auto x : s) n *= x;
-  return n;
-}
-
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (auto x : s) r += std::to_string(x) + ",";
-  return r + "]";
-}
-
 bool close(double got, double ref, double rtol, double atol) {
   if (std::isnan(ref)) return std::isnan(got);
   if (std::isinf(ref)) return got == ref;
@@ -198,7 +126,7 @@ void expect_match(const std::vector<char>& got, const std::vector<char>& ref, DT
                   double atol, const std::string& what) {
   int bad = 0;
   for (int64_t i = 0; i < n && bad < 5; ++i) {
-    const double a = get(got, t, i), b = get(ref, t, i);
+    const double a = read_value(got, t, i), b = read_value(ref, t, i);
     const bool ok = is_integral(t) ? (a == b) : close(a, b, rtol, atol);
     if (!ok) {
       ++bad;
@@ -270,7 +198,7 @@ void run_unary_case(std::mt19937_64& g, UnaryOp op, DType in, DType out, Dist d,
 
 TEST(Elementwise, EveryUnaryOpFloat32RandomShapes) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed);
   for (int o = 0; o < kNumUnary; ++o)
     for (int rep = 0; rep < 6; ++rep) {
@@ -282,7 +210,7 @@ TEST(Elementwise, EveryUnaryOpFloat32RandomShapes) {
 
 TEST(Elementwise, EveryUnaryOpFloat64AndLarge) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 1);
   for (int o = 0; o < kNumUnary; ++o) {
     const UnaryOp op = static_cast<UnaryOp>(o);
@@ -294,7 +222,7 @@ TEST(Elementwise, EveryUnaryOpFloat64AndLarge) {
 
 TEST(Elementwise, UnarySpecialValues) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 2);
   for (int o = 0; o < kNumUnary; ++o)
     for (DType t : {DType::Float32, DType::Float64}) {
@@ -327,7 +255,7 @@ TEST(Elementwise, ExpAndTanhAccuracySweep) {
 
 TEST(Elementwise, UnaryIntegralOps) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 3);
   const UnaryOp ops[] = {UnaryOp::Identity, UnaryOp::Relu, UnaryOp::Clamp, UnaryOp::Hardtanh, UnaryOp::Neg, UnaryOp::Abs,
                          UnaryOp::Sign, UnaryOp::Square, UnaryOp::PowScalar, UnaryOp::Floor, UnaryOp::Ceil,
@@ -357,7 +285,7 @@ TEST(Elementwise, UnaryIntegralOps) {
 
 TEST(Elementwise, CastsBetweenAllDtypes) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 4);
   for (DType in : kAll)
     for (DType out : kAll) {
@@ -416,7 +344,7 @@ void run_binary_case(std::mt19937_64& g, BinaryOp op, double alpha, DType ta, DT
 
 TEST(Elementwise, EveryBinaryOpFloat32Broadcasts) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 5);
   const Bcast pats[] = {Bcast::None, Bcast::Scalar, Bcast::PerChannel, Bcast::Innermost, Bcast::Random};
   for (int o = 0; o < kNumBinary; ++o) {
@@ -444,7 +372,7 @@ TEST(Elementwise, EveryBinaryOpFloat32Broadcasts) {
 
 TEST(Elementwise, BinarySpecialValues) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 6);
   for (int o = 0; o < kNumBinary; ++o) {
     const BinaryOp op = static_cast<BinaryOp>(o);
@@ -467,7 +395,7 @@ TEST(Elementwise, BinarySpecialValues) {
 
 TEST(Elementwise, BinaryIntegralAndMixedDtypes) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 7);
   const Bcast pats[] = {Bcast::None, Bcast::Scalar, Bcast::PerChannel, Bcast::Innermost, Bcast::Random};
   for (int o = 0; o < kNumBinary; ++o) {
@@ -544,7 +472,7 @@ TEST(Elementwise, IntegerDivisionByZeroThrows) {
 
 TEST(Elementwise, WhereBroadcastAndDtypes) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 8);
   const Bcast pats[] = {Bcast::None, Bcast::Scalar, Bcast::PerChannel, Bcast::Innermost, Bcast::Random};
   for (int rep = 0; rep < 40; ++rep) {

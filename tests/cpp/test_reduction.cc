@@ -6,98 +6,27 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <exception>
-#include <mutex>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/reduction.h"
 #include "kernels/reference/ref_elementwise_misc.h"
+#include "kernel_test_util.h"
 
 namespace dnnfusion {
 namespace {
 
 using namespace kernels;
 
-uint64_t test_seed() {
-  const char* s = std::getenv("DNNFUSION_TEST_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20240611ull;
-}
-#define SEED_TRACE(seed) SCOPED_TRACE(::testing::Message() << "DNNFUSION_TEST_SEED=" << (seed))
-
-// Two std::threads per call; nested calls run serially; first exception rethrown.
-struct TwoThreadParallel final : Parallel {
-  int num_threads() const override { return 2; }
-  void parallel_for(int64_t n, int64_t grain, const RangeFn& fn) const override {
-    static thread_local bool inside = false;
-    if (n <= 0) return;
-    if (inside || n <= grain) {
-      fn(0, n);
-      return;
-    }
-    const int64_t mid = std::max<int64_t>(grain, n / 2);
-    std::exception_ptr err;
-    std::mutex mu;
-    auto run = [&](int64_t b, int64_t e) {
-      inside = true;
-      try {
-        fn(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> l(mu);
-        if (!err) err = std::current_exception();
-      }
-      inside = false;
-    };
-    std::thread t(run, mid, n);
-    run(0, mid);
-    t.join();
-    if (err) std::rethrow_exception(err);
-  }
-};
+using testing::test_seed;
+using testing::read_value;
+using testing::write_value;
+using testing::numel;
+using testing::shape_str;
 
 const SerialParallel kSerial;
-const TwoThreadParallel kTwo;
-
-double get(const std::vector<char>& buf, DType t, int64_t i) {
-  const char* p = buf.data() + i * dtype_size(t);
-  switch (t) {
-    case DType::Float32: { float v; std::memcpy(&v, p, 4); return v; }
-    case DType::Float64: { double v; std::memcpy(&v, p, 8); return v; }
-    case DType::Int64: { int64_t v; std::memcpy(&v, p, 8); return static_cast<double>(v); }
-    case DType::Int32: { int32_t v; std::memcpy(&v, p, 4); return v; }
-    case DType::Bool: case DType::UInt8: return static_cast<uint8_t>(*p);
-    case DType::Int8: return static_cast<int8_t>(*p);
-    default: return 0;
-  }
-}
-void put(std::vector<char>& buf, DType t, int64_t i, double v) {
-  char* p = buf.data() + i * dtype_size(t);
-  switch (t) {
-    case DType::Float32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-    case DType::Float64: std::memcpy(p, &v, 8); break;
-    case DType::Int64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-    case DType::Int32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-    case DType::Bool: *p = v != 0; break;
-    case DType::UInt8: *p = static_cast<char>(static_cast<uint8_t>(static_cast<int64_t>(v))); break;
-    case DType::Int8: *p = static_cast<char>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
-    default: break;
-  }
-}
-
-int64_t numel(const std::vector<int64_t>& s) {
-  int64_t n = 1;
-  for (auto x : s) n *= x;
-  return n;
-}
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (auto x : s) r += std::to_string(x) + ",";
-  return r + "]";
-}
+const testing::ThreadParallel kTwo(2);
 
 std::vector<int64_t> random_shape(std::mt19937_64& g, int max_rank = 5, int64_t cap = 30000) {
   static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 64};
@@ -125,7 +54,7 @@ std::vector<char> random_data(std::mt19937_64& g, DType t, int64_t n, int mode) 
     else if (mode == 3 && is_floating(t) && u(g) < 0.05) v = u(g) < 0.5 ? NAN : (u(g) < 0.5 ? INFINITY : -INFINITY);
     else if (is_floating(t)) v = nd(g);
     else v = std::floor(u(g) * 41) - (t == DType::UInt8 ? 0 : 20);
-    put(b, t, i, v);
+    write_value(b, t, i, v);
   }
   return b;
 }
@@ -156,7 +85,7 @@ void check_reduce(ReduceOp op, const std::vector<int64_t>& shape, const std::vec
                            shape_str(shape) + " dims {" + ds + "}";
   int bad = 0;
   for (int64_t i = 0; i < n && bad < 5; ++i) {
-    const double a = get(got, out, i), b = get(ref, out, i);
+    const double a = read_value(got, out, i), b = read_value(ref, out, i);
     const bool ok = is_integral(out) ? a == b : close(a, b, out == DType::Float64 ? 1e-12 : 1e-6, 1e-6);
     if (!ok) {
       ++bad;
@@ -175,7 +104,7 @@ std::vector<int64_t> random_dims(std::mt19937_64& g, size_t rank) {
 
 TEST(Reduction, FloatOpsRandomAxes) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed);
   const ReduceOp ops[] = {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Prod, ReduceOp::Var};
   for (ReduceOp op : ops)
@@ -190,7 +119,7 @@ TEST(Reduction, FloatOpsRandomAxes) {
 
 TEST(Reduction, FastPathShapes) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 1);
   struct Case { std::vector<int64_t> shape, dims; };
   const Case cases[] = {
@@ -213,7 +142,7 @@ TEST(Reduction, FastPathShapes) {
 
 TEST(Reduction, IntegralAndBoolInputs) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 2);
   for (int rep = 0; rep < 60; ++rep) {
     const DType in = std::vector<DType>{DType::Int64, DType::Int32, DType::Int8, DType::UInt8, DType::Bool}[rep % 5];
@@ -235,7 +164,7 @@ TEST(Reduction, IntegralAndBoolInputs) {
 
 TEST(Reduction, ArgMaxArgMinTiesAndNaN) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 3);
   for (int rep = 0; rep < 80; ++rep) {
     const DType in = std::vector<DType>{DType::Float32, DType::Float64, DType::Int64, DType::Int8, DType::Bool}[rep % 5];
@@ -264,7 +193,7 @@ TEST(Reduction, ArgMaxArgMinTiesAndNaN) {
 
 TEST(Reduction, LongSumAccurateAndThreadIndependent) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 4);
   const int64_t n = 1000003;
   std::vector<float> x(n);
@@ -315,7 +244,7 @@ TEST(Reduction, InvalidArguments) {
 
 TEST(Reduction, CumsumRandom) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 5);
   const DType all[] = {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8};
   for (int rep = 0; rep < 60; ++rep) {
@@ -330,7 +259,7 @@ TEST(Reduction, CumsumRandom) {
     cumsum(shape, dim, x.data(), in, got.data(), out, rep % 2 ? static_cast<const Parallel&>(kTwo) : kSerial);
     reference::cumsum(shape, dim, x.data(), in, ref.data(), out);
     for (int64_t i = 0; i < n; ++i) {
-      const double a = get(got, out, i), b = get(ref, out, i);
+      const double a = read_value(got, out, i), b = read_value(ref, out, i);
       ASSERT_TRUE(is_integral(out) ? a == b : close(a, b, 1e-6, 1e-5))
           << "cumsum " << dtype_name(in) << "->" << dtype_name(out) << " " << shape_str(shape) << " dim " << dim
           << " element " << i << ": got " << a << " expected " << b;

@@ -5,62 +5,25 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <mutex>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/normalization.h"
 #include "kernels/cpu/softmax.h"
 #include "kernels/reference/ref_elementwise_misc.h"
+#include "kernel_test_util.h"
 
 namespace dnnfusion {
 namespace {
 
 using namespace kernels;
 
-uint64_t test_seed() {
-  const char* s = std::getenv("DNNFUSION_TEST_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20240611ull;
-}
-#define SEED_TRACE(seed) SCOPED_TRACE(::testing::Message() << "DNNFUSION_TEST_SEED=" << (seed))
-
-// Two std::threads per call; nested calls run serially; first exception rethrown.
-struct TwoThreadParallel final : Parallel {
-  int num_threads() const override { return 2; }
-  void parallel_for(int64_t n, int64_t grain, const RangeFn& fn) const override {
-    static thread_local bool inside = false;
-    if (n <= 0) return;
-    if (inside || n <= grain) {
-      fn(0, n);
-      return;
-    }
-    const int64_t mid = std::max<int64_t>(grain, n / 2);
-    std::exception_ptr err;
-    std::mutex mu;
-    auto run = [&](int64_t b, int64_t e) {
-      inside = true;
-      try {
-        fn(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> l(mu);
-        if (!err) err = std::current_exception();
-      }
-      inside = false;
-    };
-    std::thread t(run, mid, n);
-    run(0, mid);
-    t.join();
-    if (err) std::rethrow_exception(err);
-  }
-};
+using testing::test_seed;
 
 const SerialParallel kSerial;
-const TwoThreadParallel kTwo;
+const testing::ThreadParallel kTwo(2);
 
 std::vector<float> randn(std::mt19937_64& g, int64_t n, double scale, double offset = 0) {
   std::normal_distribution<double> d(offset, scale);
@@ -85,7 +48,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
 
 TEST(Softmax, RandomShapesBothForms) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed);
   const int64_t dims[] = {1, 2, 3, 7, 8, 9, 16, 31, 100, 1000, 4099};
   const int64_t others[] = {1, 2, 3, 5, 17, 300};
@@ -130,7 +93,7 @@ TEST(Softmax, SpecialRows) {
 
 TEST(Normalization, LayerNormRandom) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 1);
   const int64_t cols_list[] = {1, 3, 8, 17, 64, 768, 1025};
   for (int rep = 0; rep < 40; ++rep) {
@@ -155,7 +118,7 @@ TEST(Normalization, LayerNormRandom) {
 
 TEST(Normalization, BatchNormInference) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 2);
   for (int rep = 0; rep < 30; ++rep) {
     const int64_t N = std::uniform_int_distribution<int64_t>(1, 4)(g), C = std::uniform_int_distribution<int64_t>(1, 40)(g);
@@ -178,7 +141,7 @@ TEST(Normalization, BatchNormInference) {
 
 TEST(Normalization, GroupNormRandom) {
   const uint64_t seed = test_seed();
-  SEED_TRACE(seed);
+  SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 g(seed + 3);
   for (int rep = 0; rep < 30; ++rep) {
     const int64_t G = std::uniform_int_distribution<int64_t>(1, 8)(g);
