@@ -48,6 +48,22 @@ inline int64_t rand_int(std::mt19937_64& rng, int64_t lo, int64_t hi) {  // incl
   return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
 }
 
+// A random shape of rank 0..max_rank whose dims are drawn from `sizes`; a dim that would take the
+// element count over `cap` becomes 1.
+template <size_t N>
+std::vector<int64_t> random_shape_from(std::mt19937_64& g, const int64_t (&sizes)[N], int max_rank,
+                                       int64_t cap) {
+  const int r = std::uniform_int_distribution<int>(0, max_rank)(g);
+  std::vector<int64_t> s(r);
+  int64_t n = 1;
+  for (auto& x : s) {
+    x = sizes[std::uniform_int_distribution<int>(0, static_cast<int>(N) - 1)(g)];
+    if (n * x > cap) x = 1;
+    n *= x;
+  }
+  return s;
+}
+
 inline int64_t numel(const std::vector<int64_t>& s) {
   int64_t n = 1;
   for (auto x : s) n *= x;
@@ -87,6 +103,14 @@ inline void write_value(std::vector<char>& buf, DType t, int64_t i, double v) {
     case DType::Int8: *p = static_cast<char>(static_cast<int8_t>(static_cast<int64_t>(v))); break;
     default: break;
   }
+}
+
+// One value against its reference: |got-ref| <= atol + rtol*|ref|; NaN must match NaN; +-inf
+// must match exactly.
+inline bool values_close(double got, double ref, double rtol, double atol) {
+  if (std::isnan(ref)) return std::isnan(got);
+  if (std::isinf(ref)) return got == ref;
+  return std::fabs(got - ref) <= atol + rtol * std::fabs(ref);
 }
 
 // |got-ref| <= rel * max|ref| + abs_tol everywhere; NaN must match NaN; +-inf must match exactly.
@@ -181,5 +205,9 @@ class ThreadParallel final : public kernels::Parallel {
   }
   int threads_;
 };
+
+// The two executions the randomized kernel tests alternate between.
+inline const kernels::SerialParallel kSerial{};
+inline const ThreadParallel kTwo{2};
 
 }  // namespace dnnfusion::testing

@@ -22,13 +22,7 @@ namespace dnnfusion {
 namespace {
 
 using namespace kernels;
-
-using testing::test_seed;
-using testing::numel;
-using testing::shape_str;
-
-const SerialParallel kSerial;
-const testing::ThreadParallel kTwo(2);
+using namespace testing;  // kernel_test_util.h: seed, kSerial/kTwo, shape and buffer helpers
 
 std::vector<unsigned char> random_bytes(std::mt19937_64& g, size_t n) {
   std::vector<unsigned char> b(std::max<size_t>(n, 1));
@@ -37,15 +31,7 @@ std::vector<unsigned char> random_bytes(std::mt19937_64& g, size_t n) {
 }
 std::vector<int64_t> random_shape(std::mt19937_64& g, int max_rank, int64_t cap) {
   static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 16, 31, 33, 64};
-  const int r = std::uniform_int_distribution<int>(0, max_rank)(g);
-  std::vector<int64_t> s(r);
-  int64_t n = 1;
-  for (auto& x : s) {
-    x = sizes[std::uniform_int_distribution<int>(0, 10)(g)];
-    if (n * x > cap) x = 1;
-    n *= x;
-  }
-  return s;
+  return random_shape_from(g, sizes, max_rank, cap);
 }
 
 TEST(DataMovement, StridedCopyRandomViews) {

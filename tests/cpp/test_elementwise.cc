@@ -18,15 +18,7 @@ namespace dnnfusion {
 namespace {
 
 using namespace kernels;
-
-using testing::test_seed;
-using testing::read_value;
-using testing::write_value;
-using testing::numel;
-using testing::shape_str;
-
-const SerialParallel kSerial;
-const testing::ThreadParallel kTwo(2);
+using namespace testing;  // kernel_test_util.h: seed, kSerial/kTwo, shape and buffer helpers
 
 const DType kAll[] = {DType::Float32, DType::Float64, DType::Int64, DType::Int32, DType::Bool, DType::UInt8, DType::Int8};
 
@@ -103,22 +95,7 @@ Operand make_operand(std::mt19937_64& g, const std::vector<int64_t>& shape, DTyp
 
 std::vector<int64_t> random_shape(std::mt19937_64& g, int max_rank = 5) {
   static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 8, 16, 17, 33};
-  std::uniform_int_distribution<int> rk(0, max_rank);
-  const int r = rk(g);
-  std::vector<int64_t> s(r);
-  int64_t n = 1;
-  for (auto& x : s) {
-    x = sizes[std::uniform_int_distribution<int>(0, 9)(g)];
-    if (n * x > 20000) x = 1;
-    n *= x;
-  }
-  return s;
-}
-
-bool close(double got, double ref, double rtol, double atol) {
-  if (std::isnan(ref)) return std::isnan(got);
-  if (std::isinf(ref)) return got == ref;
-  return std::fabs(got - ref) <= atol + rtol * std::fabs(ref);
+  return random_shape_from(g, sizes, max_rank, 20000);
 }
 
 // Compares all elements; integral outputs must match exactly.
@@ -127,7 +104,7 @@ void expect_match(const std::vector<char>& got, const std::vector<char>& ref, DT
   int bad = 0;
   for (int64_t i = 0; i < n && bad < 5; ++i) {
     const double a = read_value(got, t, i), b = read_value(ref, t, i);
-    const bool ok = is_integral(t) ? (a == b) : close(a, b, rtol, atol);
+    const bool ok = is_integral(t) ? (a == b) : values_close(a, b, rtol, atol);
     if (!ok) {
       ++bad;
       ADD_FAILURE() << what << " element " << i << ": got " << a << " expected " << b;

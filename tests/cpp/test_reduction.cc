@@ -18,27 +18,11 @@ namespace dnnfusion {
 namespace {
 
 using namespace kernels;
-
-using testing::test_seed;
-using testing::read_value;
-using testing::write_value;
-using testing::numel;
-using testing::shape_str;
-
-const SerialParallel kSerial;
-const testing::ThreadParallel kTwo(2);
+using namespace testing;  // kernel_test_util.h: seed, kSerial/kTwo, shape and buffer helpers
 
 std::vector<int64_t> random_shape(std::mt19937_64& g, int max_rank = 5, int64_t cap = 30000) {
   static const int64_t sizes[] = {1, 2, 3, 4, 5, 7, 9, 16, 17, 33, 64};
-  const int r = std::uniform_int_distribution<int>(0, max_rank)(g);
-  std::vector<int64_t> s(r);
-  int64_t n = 1;
-  for (auto& x : s) {
-    x = sizes[std::uniform_int_distribution<int>(0, 10)(g)];
-    if (n * x > cap) x = 1;
-    n *= x;
-  }
-  return s;
+  return random_shape_from(g, sizes, max_rank, cap);
 }
 
 // mode 0: normal floats / ints in [-20, 20]; 1: near 1 (products); 2: ties (small ints); 3: specials
@@ -57,12 +41,6 @@ std::vector<char> random_data(std::mt19937_64& g, DType t, int64_t n, int mode) 
     write_value(b, t, i, v);
   }
   return b;
-}
-
-bool close(double got, double ref, double rtol, double atol) {
-  if (std::isnan(ref)) return std::isnan(got);
-  if (std::isinf(ref)) return got == ref;
-  return std::fabs(got - ref) <= atol + rtol * std::fabs(ref);
 }
 
 const char* op_name(ReduceOp op) {
@@ -86,7 +64,7 @@ void check_reduce(ReduceOp op, const std::vector<int64_t>& shape, const std::vec
   int bad = 0;
   for (int64_t i = 0; i < n && bad < 5; ++i) {
     const double a = read_value(got, out, i), b = read_value(ref, out, i);
-    const bool ok = is_integral(out) ? a == b : close(a, b, out == DType::Float64 ? 1e-12 : 1e-6, 1e-6);
+    const bool ok = is_integral(out) ? a == b : values_close(a, b, out == DType::Float64 ? 1e-12 : 1e-6, 1e-6);
     if (!ok) {
       ++bad;
       ADD_FAILURE() << what << " element " << i << ": got " << a << " expected " << b;
@@ -260,7 +238,7 @@ TEST(Reduction, CumsumRandom) {
     reference::cumsum(shape, dim, x.data(), in, ref.data(), out);
     for (int64_t i = 0; i < n; ++i) {
       const double a = read_value(got, out, i), b = read_value(ref, out, i);
-      ASSERT_TRUE(is_integral(out) ? a == b : close(a, b, 1e-6, 1e-5))
+      ASSERT_TRUE(is_integral(out) ? a == b : values_close(a, b, 1e-6, 1e-5))
           << "cumsum " << dtype_name(in) << "->" << dtype_name(out) << " " << shape_str(shape) << " dim " << dim
           << " element " << i << ": got " << a << " expected " << b;
     }

@@ -19,11 +19,7 @@ namespace dnnfusion {
 namespace {
 
 using namespace kernels;
-
-using testing::test_seed;
-
-const SerialParallel kSerial;
-const testing::ThreadParallel kTwo(2);
+using namespace testing;  // kernel_test_util.h: seed, kSerial/kTwo, shape and buffer helpers
 
 std::vector<float> randn(std::mt19937_64& g, int64_t n, double scale, double offset = 0) {
   std::normal_distribution<double> d(offset, scale);
@@ -38,8 +34,7 @@ void expect_close(const std::vector<float>& got, const std::vector<float>& ref, 
   int bad = 0;
   for (size_t i = 0; i < got.size() && bad < 5; ++i) {
     const double a = got[i], b = ref[i];
-    const bool ok = std::isnan(b) ? std::isnan(a) : (std::isinf(b) ? a == b : std::fabs(a - b) <= atol + rtol * std::fabs(b));
-    if (!ok) {
+    if (!values_close(a, b, rtol, atol)) {
       ++bad;
       ADD_FAILURE() << what << " element " << i << ": got " << a << " expected " << b;
     }
