@@ -53,7 +53,7 @@ std::vector<OpInfo> build_table() {
                         "sign", "erf", "leaky_relu"})
     add(n, M::OneToOne, P::ElemWise, true, monotone(), F::PerOutput, 1);
   for (const char* n : {"hardswish", "hardsigmoid", "silu", "gelu", "log", "rsqrt", "reciprocal", "neg", "abs",
-                        "elu", "softplus", "mish", "logical_not", "sin", "cos", "square"})
+                        "elu", "softplus", "mish", "logical_not", "bitwise_not", "sin", "cos", "square"})
     add(n, M::OneToOne, P::ElemWise, true, none(), F::PerOutput, 4);
   add("_to_copy", M::OneToOne, P::ElemWise, true, none(), F::None);
   add("clone", M::OneToOne, P::ElemWise, true, none(), F::None);

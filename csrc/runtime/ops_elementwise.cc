@@ -59,7 +59,7 @@ const std::unordered_map<std::string, UnaryOp>& unary_ops() {
       {"log", UnaryOp::Log}, {"sqrt", UnaryOp::Sqrt}, {"rsqrt", UnaryOp::Rsqrt}, {"reciprocal", UnaryOp::Reciprocal},
       {"neg", UnaryOp::Neg}, {"abs", UnaryOp::Abs}, {"erf", UnaryOp::Erf}, {"leaky_relu", UnaryOp::LeakyRelu},
       {"elu", UnaryOp::Elu}, {"softplus", UnaryOp::Softplus}, {"mish", UnaryOp::Mish},
-      {"logical_not", UnaryOp::LogicalNot}, {"sign", UnaryOp::Sign}, {"square", UnaryOp::Square},
+      {"logical_not", UnaryOp::LogicalNot}, {"bitwise_not", UnaryOp::LogicalNot}, {"sign", UnaryOp::Sign}, {"square", UnaryOp::Square},
       {"sin", UnaryOp::Sin}, {"cos", UnaryOp::Cos}, {"floor", UnaryOp::Floor}, {"ceil", UnaryOp::Ceil},
       {"round", UnaryOp::Round}, {"_to_copy", UnaryOp::Identity}};
   return m;
@@ -95,7 +95,8 @@ std::string check_unary(const Graph& g, const Node& n) {
   if (n.op == "round" && n.attr_int("decimals", 0) != 0) return "round with decimals != 0";
   if (g.value(n.inputs[0]).shape != g.value(n.outputs[0]).shape) return "unary op changes the shape";
   const DType in = g.value(n.inputs[0]).dtype;
-  if (n.op != "_to_copy" && n.op != "logical_not" && n.op != "relu" && n.op != "neg" && n.op != "abs" && n.op != "sign" &&
+  if (n.op == "bitwise_not" && in != DType::Bool) return "bitwise_not on non-bool dtype (supported: bool)";
+  if (n.op != "_to_copy" && n.op != "logical_not" && n.op != "bitwise_not" && n.op != "relu" && n.op != "neg" && n.op != "abs" && n.op != "sign" &&
       n.op != "clamp" && n.op != "hardtanh" && !is_floating(in))
     return n.op + " on dtype " + dtype_name(in) + " (supported: floating dtypes)";
   return require_dtypes(g, n, kAllTypes);
