@@ -61,7 +61,13 @@ def _compile_static(gm, example_inputs, opts, report):
             report.notes.append("parameters not frozen: aot graph inputs do not line up with Dynamo's")
         # aot_autograd calls us under its fake mode; the core needs the real weights.
         with unset_fake_temporarily():
-            return lower(aot_gm, frozen, opts, report)
+            try:
+                return lower(aot_gm, frozen, opts, report)
+            except Exception as e:  # never fail the user's model: run this graph eagerly
+                _warn_once(("lower", type(e).__name__), f"dnnfusion: lowering failed ({type(e).__name__}: {e}); running eagerly")
+                report.notes.append(f"lowering failed, graph runs eagerly: {type(e).__name__}: {e}")
+                report.ops_core.clear()
+                return aot_gm
 
     return aot_module_simplified(
         gm,

@@ -5,6 +5,7 @@ Each supported ATen node becomes an ECG node; maximal convex groups of supported
 custom op ``torch.ops.dnnfusion.run``. Unsupported nodes stay as ATen calls and run eagerly; the
 reason is recorded in the GraphReport.
 """
+import collections
 import numbers
 import operator
 import weakref
@@ -333,7 +334,17 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
         if node.op != "call_module" or not str(node.target).startswith("dnnf_region_"):
             continue
         sub = getattr(gm, node.target)
-        handle, run_inputs, metas = lowerer.build_region(sub, node.args)
+        try:
+            handle, run_inputs, metas = lowerer.build_region(sub, node.args)
+        except Exception as e:  # the region runs eagerly (its submodule stays) and we say why
+            reason = f"region failed to compile in the core: {type(e).__name__}: {e}"
+            for n in sub.graph.nodes:
+                if n.op == "call_function" and n.target is not operator.getitem:
+                    name = aten_name(n.target)
+                    report.ops_core[name] -= 1
+                    report.add_fallback(name, reason)
+            report.ops_core += collections.Counter()  # drop zero counts
+            continue
         handles.append(handle)
         register_region_meta(handle, metas)
         report.regions.append(dict(_C.stats(handle), handle=handle))

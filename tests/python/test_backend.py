@@ -251,3 +251,20 @@ def test_registry_classifies_every_supported_op():
         info = _C.op_info(op)
         assert info["mapping"] in ("One-to-One", "One-to-Many", "Many-to-Many", "Reorganize", "Shuffle")
         assert info["has_kernel"], op
+
+
+def test_region_that_fails_in_the_core_runs_eagerly_and_is_reported(monkeypatch):
+    import dnnfusion.lowering as lowering
+
+    def broken_compile(*a, **k):
+        raise RuntimeError("injected core failure")
+
+    monkeypatch.setattr(lowering._C, "compile", broken_compile)
+    torch.manual_seed(0)
+    m = ConvNet().eval()
+    x = torch.randn(1, 3, 8, 8)
+    rep = dnnfusion.explain(m, x)
+    assert rep.n_core == 0
+    assert any("injected core failure" in reason for reasons in rep.fallbacks.values() for reason in reasons)
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled_run(m, x), m(x))
