@@ -13,15 +13,12 @@ import json
 import os
 import platform
 import statistics
-import time
 
 import torch
 from tqdm import tqdm
 
-import dnnfusion
 from dnnfusion import _C
 from dnnfusion import zoo
-from dnnfusion.report import collecting
 
 
 def cpu_name():
@@ -56,22 +53,9 @@ def main():
         model, make_inputs = zoo.build(name)
         inputs = make_inputs(args.batch)
         torch._dynamo.reset()
-        compiled = torch.compile(model, backend="dnnfusion", options={"threads": args.threads}, dynamic=False)
-        with torch.no_grad():
-            t0 = time.perf_counter()
-            with collecting() as graphs:
-                out = zoo.first_tensor(compiled(*inputs))
-            compile_s = time.perf_counter() - t0
-            ref = zoo.first_tensor(model(*inputs))
-            rel = ((out - ref).abs().max() / ref.abs().max()).item()
-            for _ in range(args.warmup):
-                model(*inputs)
-                compiled(*inputs)
-            te, td = [], []
-            for _ in range(args.runs):
-                t = time.perf_counter(); model(*inputs); te.append(time.perf_counter() - t)
-                t = time.perf_counter(); compiled(*inputs); td.append(time.perf_counter() - t)
-        rep = dnnfusion.ExplainReport(graphs)
+        c = zoo.Comparison(name, model, inputs, threads=args.threads)
+        te, td = c.time(runs=args.runs, warmup=args.warmup)
+        rep, rel, compile_s = c.report, c.rel_err, c.compile_s
         rows.append({"model": name, "eager_ms": 1e3 * statistics.median(te), "eager_iqr_ms": [1e3 * q for q in quartiles(te)],
                      "dnnfusion_ms": 1e3 * statistics.median(td), "dnnfusion_iqr_ms": [1e3 * q for q in quartiles(td)],
                      "compile_s": compile_s, "rel_err": rel, "coverage": rep.coverage,

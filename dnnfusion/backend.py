@@ -5,7 +5,6 @@ Dynamo graph -> aot_autograd inference graph (functional ATen) with parameters a
 supported regions to the C++ core and leaves the rest as eager ATen calls.
 """
 import collections
-import functools
 import threading
 import warnings
 

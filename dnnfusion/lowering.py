@@ -254,7 +254,6 @@ class Lowerer:
             else:
                 env[ph] = g.add_input(list(v.shape), _DTYPES[v.dtype], outer.name)
                 run_inputs.append(outer)
-        orig = {}
         for n in sub.graph.nodes:
             if n.op != "call_function":
                 continue

@@ -80,3 +80,45 @@ def all_tensors(out):
     if isinstance(out, (tuple, list)):
         return [t for o in out for t in all_tensors(o)]
     return []
+
+
+class Comparison:
+    """A model compiled with dnnfusion, checked against eager, and timed beside it."""
+
+    def __init__(self, name, model, inputs, threads=None):
+        import time
+
+        import dnnfusion
+        from dnnfusion.report import collecting
+
+        self.name, self.model, self.inputs = name, model, inputs
+        options = {"threads": threads} if threads else None
+        self.compiled = torch.compile(model, backend="dnnfusion", options=options, dynamic=False)
+        with torch.no_grad():
+            t0 = time.perf_counter()
+            with collecting() as graphs:
+                self.out = first_tensor(self.compiled(*inputs))
+            self.compile_s = time.perf_counter() - t0
+            self.ref = first_tensor(model(*inputs))
+        self.report = dnnfusion.ExplainReport(graphs)
+        self.max_err = (self.out - self.ref).abs().max().item()
+        self.rel_err = self.max_err / self.ref.abs().max().item()
+
+    def time(self, runs=20, warmup=3):
+        """Interleaved rounds (eager, dnnfusion, eager, ...) so machine noise hits both alike.
+        Returns the per-run seconds of (eager, dnnfusion)."""
+        import time
+
+        te, td = [], []
+        with torch.no_grad():
+            for _ in range(warmup):
+                self.model(*self.inputs)
+                self.compiled(*self.inputs)
+            for _ in range(runs):
+                t = time.perf_counter()
+                self.model(*self.inputs)
+                te.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                self.compiled(*self.inputs)
+                td.append(time.perf_counter() - t)
+        return te, td

@@ -5,20 +5,12 @@ against eager PyTorch, and time both (median of interleaved runs, same thread co
 """
 import argparse
 import statistics
-import time
 
 import torch
 
 import dnnfusion
 from dnnfusion import _C
 from dnnfusion import zoo
-from dnnfusion.report import collecting
-
-
-def timed(fn, *args):
-    t0 = time.perf_counter()
-    fn(*args)
-    return time.perf_counter() - t0
 
 
 def main():
@@ -35,23 +27,9 @@ def main():
     for name in args.models.split(","):
         model, make_inputs = zoo.build(name)
         inputs = make_inputs(args.batch)
-        compiled = torch.compile(model, backend="dnnfusion", options={"threads": args.threads}, dynamic=False)
-        with torch.no_grad():
-            t0 = time.perf_counter()
-            with collecting() as graphs:
-                out = zoo.first_tensor(compiled(*inputs))
-            compile_s = time.perf_counter() - t0
-            ref = zoo.first_tensor(model(*inputs))
-            report = dnnfusion.ExplainReport(graphs)
-            err = (out - ref).abs().max().item()
-            rel = err / ref.abs().max().item()
-            for _ in range(3):  # warm up both
-                model(*inputs)
-                compiled(*inputs)
-            te, td = [], []
-            for _ in range(args.runs):  # interleaved, so machine noise hits both alike
-                te.append(timed(model, *inputs))
-                td.append(timed(compiled, *inputs))
+        c = zoo.Comparison(name, model, inputs, threads=args.threads)
+        te, td = c.time(runs=args.runs)
+        out, err, rel, report, compile_s = c.out, c.max_err, c.rel_err, c.report, c.compile_s
         me, md = statistics.median(te), statistics.median(td)
         rows.append((name, rel, report, me, md, compile_s))
         print(f"{name}: output {tuple(out.shape)}, max|out-eager| = {err:.3e} ({rel:.2e} of max|eager|), "
