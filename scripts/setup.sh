@@ -27,7 +27,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
-if ! "$PY" -c "import torch, torchvision, transformers, pytest, pybind11, numpy, tqdm, cmake, ninja, setuptools, wheel; assert torch.__version__.startswith('2.14.1') and int(setuptools.__version__.split('.')[0]) >= 70" >/dev/null 2>&1; then
+if ! "$PY" -c "import torch, torchvision, transformers, pytest, pybind11, numpy, tqdm, cmake, ninja, setuptools; assert torch.__version__.startswith('2.14.1') and int(setuptools.__version__.split('.')[0]) >= 70" >/dev/null 2>&1; then
   echo "[setup] pip install -r requirements.txt"
   "$PY" -m pip install -q -r "$ROOT/requirements.txt"
 fi
@@ -35,6 +35,6 @@ fi
 export PATH="$VENV/bin:$PATH"
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
 echo "[setup] building dnnfusion (incremental)"
-"$PY" -m pip install -q --no-build-isolation --no-deps -e "$ROOT"
+"$PY" -m pip install -q --no-build-isolation --use-pep517 --no-deps -e "$ROOT"
 "$PY" -c "import dnnfusion._C" || { echo "[setup] dnnfusion._C failed to import" >&2; exit 1; }
 echo "[setup] ready: $PY"
