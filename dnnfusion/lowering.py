@@ -127,6 +127,8 @@ def normalize(node):
         attrs.setdefault("step", 1)
         if "start" not in attrs:
             attrs["start"] = 0
+    if name in _BINARY and name not in ("where", "masked_fill"):
+        attrs["compute_dtype"] = _DTYPES.get(_scalar_dtype(name, operands, node), "float32")
     return name, operands, attrs
 
 
@@ -222,8 +224,6 @@ class Lowerer:
                     raise Unsupported("as_strided of a non-contiguous input")
             specs = [self._input_spec(o, name, operands, node) for o in operands]
             outs = _out_specs(node)
-            if name in _BINARY and name not in ("where", "masked_fill"):
-                attrs["compute_dtype"] = _DTYPES.get(_scalar_dtype(name, operands, node), "float32")
             reason = _C.check_support(name, specs, outs, attrs)
             if reason:
                 raise Unsupported(reason)
@@ -261,8 +261,6 @@ class Lowerer:
                 env[n] = env[n.args[0]][n.args[1]]
                 continue
             name, operands, attrs = normalize(n)
-            if name in _BINARY and name not in ("where", "masked_fill"):
-                attrs["compute_dtype"] = _DTYPES.get(_scalar_dtype(name, operands, n), "float32")
             ids = []
             for o in operands:
                 if o is None:

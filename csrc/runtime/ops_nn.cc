@@ -73,8 +73,8 @@ void run_conv(KernelCall& c) {
 }
 
 // ---- GEMM family ----
+// The last two dims of a contiguous tensor as a row-major matrix.
 kernels::MatrixView mat(const void* p, const std::vector<int64_t>& s) {
-  // last two dims of a contiguous tensor
   const int64_t cols = s.back();
   return kernels::MatrixView{static_cast<const float*>(p), cols, 1};
 }
@@ -101,7 +101,6 @@ void prepare_bias(const Graph& g, const KernelCall& c, int bias_input, int64_t b
   }
   if (beta == 0.0) return;
   // General broadcast: materialize beta*bias in C and accumulate into it.
-  std::vector<int64_t> full = {batch, M, N};
   std::vector<int64_t> bs(3, 0);
   auto cs = contiguous_strides(b);
   for (size_t i = 0; i < b.size(); ++i) {
@@ -168,7 +167,6 @@ void run_sdpa(KernelCall& c) {
   int m = c.n.input_or_absent(3);
   if (m >= 0) {
     const auto& ms = shp(c.g, m);
-    std::vector<int64_t> full = {q[0], q[1], q[2], k[2]};
     auto cs = contiguous_strides(ms);
     int64_t st[4] = {0, 0, 0, 0};
     for (size_t i = 0; i < ms.size(); ++i) {
