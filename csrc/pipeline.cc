@@ -1,13 +1,22 @@
 #include "pipeline.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
 #include "common/error.h"
+#include "ecg/op_registry.h"
 #include "ecg/verifier.h"
+#include "codegen/pair_profiler.h"
+#include "codegen/view_compose.h"
+#include "fusion/profile_db.h"
+#include "rewrite/apply_math_rules.h"
+#include "rewrite/eliminate_common_subexpressions.h"
+#include "rewrite/fold_batchnorm.h"
 #include "rewrite/fold_constants.h"
+#include "rewrite/remove_noops.h"
 
 namespace dnnfusion {
 
@@ -27,6 +36,23 @@ std::vector<std::vector<uint8_t>> evaluate(const ecg::Graph& g) {
   for (auto& b : bytes) outs.push_back(b.data());
   exe.run({}, outs);
   return bytes;
+}
+
+// The node pair a yellow query is about: the candidate and the block node it is connected to
+// (the block's dominant op when that one is adjacent).
+std::pair<int, int> adjacent_pair(const ecg::Graph& g, const std::vector<int>& block, int cand) {
+  std::pair<int, int> best{-1, -1};
+  for (int b : block) {
+    std::pair<int, int> pr{-1, -1};
+    for (int v : g.node(b).inputs)
+      if (v >= 0 && g.value(v).producer == cand) pr = {cand, b};
+    for (int v : g.node(cand).inputs)
+      if (v >= 0 && g.value(v).producer == b) pr = {b, cand};
+    if (pr.first < 0) continue;
+    if (best.first < 0 || g.node(b).info->mapping == ecg::MappingType::ManyToMany) best = pr;
+  }
+  DNNF_CHECK(best.first >= 0, "yellow fusion query for node ", cand, " which touches no node of its block");
+  return best;
 }
 
 }  // namespace
@@ -53,15 +79,131 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
   };
 
   if (debug) std::fprintf(stderr, "[dnnfusion] imported ECG:\n%s", g.dump().c_str());
+  result.ops_imported = static_cast<int>(g.nodes().size());
   // The pass list, in order.
   run_pass("verify", [&](PassRecord&) { ecg::verify_graph(g); });
-  run_pass("fold_constants", [&](PassRecord& rec) {
-    g = rewrite::fold_constants(g, evaluate, &result.folded_nodes);
-    rec.changed = result.folded_nodes > 0;
-    rec.detail = std::to_string(result.folded_nodes) + " nodes folded";
+  auto fold = [&](PassRecord& rec) {
+    int n = 0;
+    g = rewrite::fold_constants(g, evaluate, &n);
+    result.folded_nodes += n;
+    rec.changed = n > 0;
+    rec.detail = std::to_string(n) + " nodes folded";
+  };
+  run_pass("fold_constants", fold);
+  {  // rewriting runs in every fusion mode, so the modes differ by fusion alone
+    auto noops = [&](PassRecord& rec) {
+      int n = 0;
+      g = rewrite::remove_noops(g, &n);
+      rec.changed = n > 0;
+      rec.detail = std::to_string(n) + " no-ops removed";
+      if (n) result.rules_applied["remove no-op"] += n;
+    };
+    auto cse = [&](PassRecord& rec) {
+      int n = 0;
+      g = rewrite::eliminate_common_subexpressions(g, &n);
+      rec.changed = n > 0;
+      rec.detail = std::to_string(n) + " nodes merged";
+      if (n) result.rules_applied["common subexpression"] += n;
+    };
+    run_pass("remove_noops", noops);
+    run_pass("eliminate_common_subexpressions", cse);  // first, so factoring rules see shared operands
+    run_pass("fold_batchnorm", [&](PassRecord& rec) {
+      int n = 0;
+      g = rewrite::fold_batchnorm(g, &n);
+      rec.changed = n > 0;
+      rec.detail = std::to_string(n) + " batch norms folded";
+      if (n) result.rules_applied["fold batch_norm into conv/linear"] += n;
+    });
+    run_pass("fold_constants", fold);
+    run_pass("apply_math_rules", [&](PassRecord& rec) {
+      rewrite::RuleStats st;
+      g = rewrite::apply_math_rules(g, &st);
+      rec.changed = st.applied() > 0;
+      rec.detail = std::to_string(st.applied()) + " rewrites, FLOPs " + std::to_string(st.flops_before) + " -> " +
+                   std::to_string(st.flops_after);
+      for (const auto& [name, r] : st.rules) result.rules_applied[name] += r.applied;
+    });
+    run_pass("fold_constants", fold);
+    run_pass("remove_noops", noops);  // e.g. x * (c / c) folded to x * 1
+    run_pass("eliminate_common_subexpressions", cse);
+  }
+  result.ops_after_rewrite = static_cast<int>(g.nodes().size());
+  fusion::PlanHooks hooks;
+  hooks.fusible = [](const ecg::Graph& gr, int n) { return codegen::can_fuse(gr, n); };
+  hooks.m2m_input_fusible = [](const ecg::Graph& gr, int m, int v) { return codegen::m2m_input_fusible(gr, m, v); };
+  hooks.is_index_op = [](const ecg::Graph& gr, int n) { return codegen::is_index_op(gr.node(n).op); };
+  // Yellow cells ask the profile database; pairs it has not seen are measured in one batch (one
+  // compiler run), stored, and the plan is made again with the answers.
+  std::unique_ptr<fusion::ProfileDb> db;
+  std::vector<std::pair<int, int>> pending;
+  std::vector<std::string> pending_keys;
+  const std::string signature = fusion::ProfileDb::machine_signature(runtime::shared_pool(opts.threads).num_threads());
+  if (opts.fusion == fusion::Mode::DnnFusion && opts.profile) {
+    db = std::make_unique<fusion::ProfileDb>(fusion::ProfileDb::default_path());
+    hooks.yellow_is_faster = [&](const ecg::Graph& gr, const std::vector<int>& block, int cand) {
+      auto [p, c] = adjacent_pair(gr, block, cand);
+      std::vector<std::vector<int64_t>> shapes;
+      for (int v : gr.node(p).inputs)
+        if (v >= 0) shapes.push_back(gr.value(v).shape);
+      shapes.push_back(gr.value(gr.node(c).outputs[0]).shape);
+      const std::string key = fusion::ProfileDb::make_key(signature, gr.node(p).op, gr.node(c).op, shapes,
+                                                          codegen::pair_key(gr, p, c));
+      // Fuse unless fusing measured slower (beyond a 3% noise margin): an equal-cost fusion saves a
+      // launch and lets green neighbours join the block afterwards.
+      if (auto e = db->lookup(key)) return e->fused_us <= 1.03 * e->separate_us;
+      if (std::find(pending_keys.begin(), pending_keys.end(), key) == pending_keys.end()) {
+        pending.emplace_back(p, c);
+        pending_keys.push_back(key);
+      }
+      return false;
+    };
+  }
+  run_pass("plan_fusion", [&](PassRecord& rec) {
+    for (int round = 0;; ++round) {
+      result.plan = fusion::plan_fusion(opts.fusion, g, hooks);
+      if (pending.empty() || round == 3) break;
+      auto timings = codegen::measure_pairs(g, pending, opts.threads);
+      for (size_t i = 0; i < pending.size(); ++i)
+        db->store(pending_keys[i], fusion::ProfileDb::Entry{timings[i].fused_us, timings[i].separate_us});
+      result.profiled_pairs += static_cast<int>(pending.size());
+      try {
+        db->save();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "dnnfusion: %s (measurements kept for this process only)\n", e.what());
+      }
+      pending.clear();
+      pending_keys.clear();
+    }
+    fusion::verify_plan(g, result.plan, hooks);
+    rec.detail = std::string(fusion::mode_name(opts.fusion)) + ": " + std::to_string(result.plan.blocks.size()) +
+                 " blocks, " + std::to_string(result.profiled_pairs) + " yellow pairs profiled";
+    if (debug) {
+      std::string s;
+      for (size_t b = 0; b < result.plan.blocks.size(); ++b) {
+        s += "  block " + std::to_string(b) + " [" + ecg::mapping_type_name(result.plan.blocks[b].type) + "]:";
+        for (int n : result.plan.blocks[b].nodes) s += " " + std::to_string(n) + ":" + g.node(n).op;
+        s += "\n";
+      }
+      std::fprintf(stderr, "[dnnfusion] fusion plan (%s):\n%s", fusion::mode_name(opts.fusion), s.c_str());
+    }
   });
+  runtime::Program program;
+  if (opts.fusion != fusion::Mode::None) {
+    run_pass("codegen", [&](PassRecord& rec) {
+      codegen::CodegenResult cg = codegen::generate_program(g, result.plan);
+      program = std::move(cg.program);
+      result.blocks = std::move(cg.blocks);
+      result.edge_rules = std::move(cg.edge_rules);
+      result.generated_functions = cg.functions;
+      result.codegen_compile_ms = cg.module.compile_ms;
+      result.codegen_cache_hit = cg.module.cache_hit;
+      result.generated_source_path = cg.module.source_path;
+      rec.detail = std::to_string(cg.functions) + " generated functions" +
+                   (cg.functions ? (cg.module.cache_hit ? " (kernel cache hit)" : ", compiled in " + std::to_string(static_cast<int>(cg.module.compile_ms)) + " ms") : "");
+    });
+  }
   run_pass("plan_and_bind", [&](PassRecord& rec) {
-    result.exe = std::make_unique<runtime::Executable>(std::move(g), runtime::ExecOptions{opts.threads});
+    result.exe = std::make_unique<runtime::Executable>(std::move(g), runtime::ExecOptions{opts.threads}, std::move(program));
     const auto& s = result.exe->stats();
     rec.detail = std::to_string(s.kernels_per_call) + " kernels, arena " + std::to_string(s.arena_bytes) + " B";
     if (debug) g = result.exe->graph();  // for the debug dump

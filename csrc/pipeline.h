@@ -2,17 +2,22 @@
 // DNNFUSION_DEBUG=1 dumps the ECG after each pass (or "unchanged"); DNNFUSION_TIME_PASSES=1
 // prints each pass's time; DNNFUSION_VERIFY=1 runs the verifier after every pass.
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "codegen/fused_codegen.h"
 #include "ecg/graph.h"
+#include "fusion/fusion_plan.h"
 #include "runtime/executor.h"
 
 namespace dnnfusion {
 
 struct CompileOptions {
   int threads = 0;  // <= 0: one per physical core
+  fusion::Mode fusion = fusion::Mode::DnnFusion;
+  bool profile = true;  // measure yellow fusion cells (profile database); false: yellow never fuses
 };
 
 struct PassRecord {
@@ -26,6 +31,18 @@ struct Compiled {
   std::unique_ptr<runtime::Executable> exe;
   std::vector<PassRecord> passes;
   int folded_nodes = 0;
+  // Fusion report (DNNFusion Table 5 quantities).
+  int ops_imported = 0;         // ECG nodes before any pass
+  int ops_after_rewrite = 0;    // nodes entering fusion planning
+  std::map<std::string, int> rules_applied;
+  fusion::Plan plan;
+  std::vector<codegen::BlockReport> blocks;
+  std::map<std::string, int> edge_rules;
+  int generated_functions = 0;
+  int profiled_pairs = 0;       // yellow pairs measured by this compile (0: all found in the database)
+  double codegen_compile_ms = 0;  // system compiler time (0 when the kernel cache had it)
+  bool codegen_cache_hit = false;
+  std::string generated_source_path;
 };
 
 Compiled compile_graph(ecg::Graph g, const CompileOptions& opts);

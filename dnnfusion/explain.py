@@ -8,8 +8,12 @@ from .report import collecting
 
 
 class ExplainReport:
-    def __init__(self, graphs):
+    def __init__(self, graphs, mode="dnnfusion", per_mode=None, graph_file=None):
         self.graphs = graphs
+        self.mode = mode
+        # fusion mode -> {"kernels", "irs_bytes", "blocks", "compile_ms"} for the modes compared
+        self.per_mode = per_mode or {}
+        self.graph_file = graph_file
 
     @property
     def ops_total(self):
@@ -67,6 +71,83 @@ class ExplainReport:
     def notes(self):
         return [n for g in self.graphs for n in g.notes]
 
+    # ---- fusion (DNNFusion Table 5 quantities) ----
+    @property
+    def ops_imported(self):
+        return sum(r.get("ops_imported", 0) for r in self.regions)
+
+    @property
+    def ops_after_rewrite(self):
+        return sum(r.get("ops_after_rewrite", 0) for r in self.regions)
+
+    @property
+    def rules_applied(self):
+        c = collections.Counter()
+        for r in self.regions:
+            c.update(r.get("rules_applied", {}))
+        return c
+
+    @property
+    def irs_bytes(self):
+        """Bytes of intermediate results written to memory per call (all regions)."""
+        return sum(r.get("irs_bytes", 0) for r in self.regions)
+
+    @property
+    def fusion_blocks(self):
+        return [b for r in self.regions for b in r.get("fusion_blocks", [])]
+
+    @property
+    def edge_rules(self):
+        c = collections.Counter()
+        for r in self.regions:
+            c.update(r.get("edge_rules", {}))
+        return c
+
+    @property
+    def compile_ms(self):
+        return sum(ms for r in self.regions for _, ms, _ in r.get("passes", []))
+
+    @property
+    def codegen_compile_ms(self):
+        return sum(r.get("codegen_compile_ms", 0.0) for r in self.regions)
+
+    def _fusion_lines(self):
+        lines = ["", f"fusion (mode {self.mode!r}):"]
+        lines.append(f"  ops imported / after rewriting : {self.ops_imported} / {self.ops_after_rewrite}")
+        rules = self.rules_applied
+        if rules:
+            lines.append("  rewrite rules applied          : " +
+                         ", ".join(f"{k} x{v}" for k, v in sorted(rules.items(), key=lambda kv: -kv[1])))
+        else:
+            lines.append("  rewrite rules applied          : none")
+        blocks = self.fusion_blocks
+        multi = [b for b in blocks if len(b["ops"]) > 1]
+        lines.append(f"  blocks                         : {len(blocks)} ({len(multi)} fused, "
+                     f"{sum(len(b['ops']) for b in multi)} ops inside them)")
+        lines.append(f"  IRS bytes materialized / call  : {self.irs_bytes / 2**20:.2f} MiB")
+        cached = all(r.get("codegen_cache_hit", True) for r in self.regions if r.get("generated_functions"))
+        lines.append(f"  compile time                   : {self.compile_ms:.0f} ms "
+                     f"(system compiler {self.codegen_compile_ms:.0f} ms{', kernel cache hit' if cached else ''})")
+        if self.per_mode:
+            lines.append("  per mode                       : mode        kernels   IRS MiB   blocks   compile ms")
+            for m, d in self.per_mode.items():
+                lines.append(f"                                   {m:<10} {d['kernels']:8d} {d['irs_bytes'] / 2**20:9.2f}"
+                             f" {d['blocks']:8d} {d['compile_ms']:12.0f}")
+        if self.edge_rules:
+            lines.append("  in-block edges (producer -> consumer: code-generation rule):")
+            for k, v in sorted(self.edge_rules.items(), key=lambda kv: -kv[1]):
+                lines.append(f"    {k:<58} {v:5d}")
+        if multi:
+            lines.append("  fused blocks (type, dominant op: ops -> steps):")
+            for i, b in enumerate(multi[:60]):
+                dom = b["dominant"] or "-"
+                lines.append(f"    [{b['type']}, {dom}] {' + '.join(b['ops'])} -> {', '.join(b.get('steps', []))}")
+            if len(multi) > 60:
+                lines.append(f"    ... {len(multi) - 60} more")
+        if self.graph_file:
+            lines.append(f"  fused graph drawn to           : {self.graph_file}")
+        return lines
+
     def __str__(self):
         lines = ["dnnfusion.explain", "================="]
         lines.append(f"graphs compiled        : {len(self.graphs)}")
@@ -93,6 +174,7 @@ class ExplainReport:
                     lines.append(f"  {op} x{n}: {reason}")
         else:
             lines.append("fallback ops: none")
+        lines.extend(self._fusion_lines())
         if self.notes:
             lines.append("")
             lines.append("notes:")
@@ -102,14 +184,45 @@ class ExplainReport:
     __repr__ = __str__
 
 
-def explain(model, *example_inputs, options=None):
-    """Compiles `model` with the dnnfusion backend on `example_inputs` (under no_grad) and reports
-    the ops seen, the ops run in the core, the fallbacks with reasons, kernels per call and the
-    planned peak memory. The model is run once."""
+def _compile_and_collect(model, example_inputs, options):
     from .backend import dnnfusion_backend
 
+    torch._dynamo.reset()
     backend = functools.partial(dnnfusion_backend, options=options)
     compiled = torch.compile(model, backend=backend, dynamic=False)
     with collecting() as graphs, torch.no_grad():
         compiled(*example_inputs)
-    return ExplainReport(list(graphs))
+    return list(graphs)
+
+
+def explain(model, *example_inputs, options=None, compare_modes=True, graph=None):
+    """Compiles `model` with the dnnfusion backend on `example_inputs` (under no_grad) and reports
+    the ops seen, the ops run in the core, the fallbacks with reasons, kernels per call, planned peak
+    memory, and the fusion section: ops before/after rewriting, rules applied, the fused blocks with
+    their mapping types, IRS bytes and compile time. With `compare_modes` the model is also compiled
+    in the other fusion modes for a kernels/IRS comparison. `graph="fused.svg"` draws the fused
+    graph (graphviz `dot` if installed, else a text rendering written to that path)."""
+    from .options import parse_options
+
+    opts = dict(options or {})
+    mode = parse_options(opts).fusion
+    per_mode = {}
+    graphs = None
+    modes = ("none", "tvm", "dnnfusion") if compare_modes else (mode,)
+    for m in modes:
+        gs = _compile_and_collect(model, example_inputs, dict(opts, fusion=m))
+        regions = [r for g in gs for r in g.regions]
+        per_mode[m] = dict(kernels=sum(g.kernels_per_call for g in gs),
+                           irs_bytes=sum(r.get("irs_bytes", 0) for r in regions),
+                           blocks=sum(r.get("blocks", 0) for r in regions),
+                           compile_ms=sum(ms for r in regions for _, ms, _ in r.get("passes", [])))
+        if m == mode:
+            graphs = gs
+    if graphs is None:
+        graphs = _compile_and_collect(model, example_inputs, opts)
+    report = ExplainReport(graphs, mode=mode, per_mode=per_mode if compare_modes else None)
+    if graph:
+        from .fused_graph import draw_fused_graph
+
+        report.graph_file = draw_fused_graph(report, graph)
+    return report

@@ -280,7 +280,7 @@ class Lowerer:
         metas = [r.meta["val"] for r in results]
         g.set_outputs(out_ids)
         strides = [list(m.stride()) if not m.is_contiguous() else [] for m in metas]
-        handle = _C.compile(g, self.opts.threads, strides)
+        handle = _C.compile(g, self.opts.threads, strides, self.opts.fusion, self.opts.profile)
         return handle, run_inputs, metas
 
 
@@ -334,6 +334,8 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
         try:
             handle, run_inputs, metas = lowerer.build_region(sub, node.args)
         except Exception as e:  # the region runs eagerly (its submodule stays) and we say why
+            if "no C++ compiler" in str(e):  # a set-up problem the user must fix, not a fallback
+                raise RuntimeError(f"dnnfusion: {e}") from None
             reason = f"region failed to compile in the core: {type(e).__name__}: {e}"
             for n in sub.graph.nodes:
                 if n.op == "call_function" and n.target is not operator.getitem:

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "common/error.h"
 #include "ecg/op_registry.h"
@@ -108,11 +109,16 @@ std::shared_ptr<Region> get_region(int64_t h) {
   return it->second;
 }
 
-int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<int64_t>>& out_strides) {
+int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<int64_t>>& out_strides,
+                       const std::string& fusion, bool profile) {
   auto r = std::make_shared<Region>();
   r->keep_alive = pg.keep_alive;
   r->out_strides = out_strides;
-  r->compiled = compile_graph(pg.g, CompileOptions{threads});
+  CompileOptions opts;
+  opts.threads = threads;
+  opts.fusion = fusion::parse_mode(fusion);
+  opts.profile = profile;
+  r->compiled = compile_graph(pg.g, opts);
   int64_t h = g_next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lk(g_regions_mu);
   g_regions[h] = r;
@@ -178,6 +184,47 @@ py::dict region_stats(int64_t h) {
   py::list passes;
   for (const auto& p : r->compiled.passes) passes.append(py::make_tuple(p.name, p.ms, p.detail));
   d["passes"] = passes;
+  // The fusion report (explain's fusion section, benchmarks' Table 5).
+  const Compiled& c = r->compiled;
+  const ecg::Graph& g = c.exe->graph();
+  d["blocks"] = s.blocks;
+  d["irs_bytes"] = s.irs_bytes;
+  d["generated_steps"] = s.generated_steps;
+  d["hooked_steps"] = s.hooked_steps;
+  d["ops_imported"] = c.ops_imported;
+  d["ops_after_rewrite"] = c.ops_after_rewrite;
+  d["rules_applied"] = c.rules_applied;
+  d["edge_rules"] = c.edge_rules;
+  d["generated_functions"] = c.generated_functions;
+  d["codegen_compile_ms"] = c.codegen_compile_ms;
+  d["codegen_cache_hit"] = c.codegen_cache_hit;
+  d["generated_source"] = c.generated_source_path;
+  py::list blocks;
+  for (size_t b = 0; b < c.plan.blocks.size(); ++b) {
+    const auto& blk = c.plan.blocks[b];
+    py::dict bd;
+    py::list ops;
+    for (int n : blk.nodes) ops.append(g.node(n).op);
+    bd["ops"] = ops;
+    bd["type"] = ecg::mapping_type_name(blk.type);
+    bd["dominant"] = blk.dominant >= 0 ? py::object(py::str(g.node(blk.dominant).op)) : py::object(py::none());
+    py::list inputs_from;  // producer blocks (the fused graph's edges)
+    std::set<int> seen;
+    for (int n : blk.nodes)
+      for (int v : g.node(n).inputs) {
+        if (v < 0 || g.value(v).producer < 0) continue;
+        int pb = c.plan.block_of[g.value(v).producer];
+        if (pb != static_cast<int>(b) && seen.insert(pb).second) inputs_from.append(pb);
+      }
+    bd["inputs_from"] = inputs_from;
+    if (b < c.blocks.size()) {
+      bd["steps"] = c.blocks[b].steps;
+      bd["internal_bytes"] = c.blocks[b].internal_bytes;
+    }
+    blocks.append(bd);
+  }
+  d["fusion_blocks"] = blocks;
+  d["plan_log"] = c.plan.log;
   return d;
 }
 
@@ -241,7 +288,9 @@ PYBIND11_MODULE(_C, m) {
       .def("set_outputs", [](PyGraph& pg, const std::vector<int>& ids) { pg.g.set_outputs(ids); })
       .def("dump", [](const PyGraph& pg) { return pg.g.dump(); })
       .def("num_nodes", [](const PyGraph& pg) { return pg.g.nodes().size(); });
-  m.def("compile", &compile_region, py::arg("graph"), py::arg("threads") = 0, py::arg("out_strides") = std::vector<std::vector<int64_t>>{});
+  m.def("compile", &compile_region, py::arg("graph"), py::arg("threads") = 0,
+        py::arg("out_strides") = std::vector<std::vector<int64_t>>{}, py::arg("fusion") = "dnnfusion",
+        py::arg("profile") = true);
   m.def("release", [](int64_t h) {
     std::lock_guard<std::mutex> lk(g_regions_mu);
     g_regions.erase(h);

@@ -16,10 +16,33 @@ using ecg::Node;
 using ecg::Value;
 using ecg::ValueKind;
 
-Executable::Executable(Graph graph, const ExecOptions& opts) : graph_(std::move(graph)) {
+namespace {
+
+void pool_parallel_for(void* pool, int64_t n, int64_t grain, void (*body)(const void*, int64_t, int64_t),
+                       const void* ctx) {
+  static_cast<ThreadPool*>(pool)->parallel_for(n, grain, [&](int64_t b, int64_t e) { body(ctx, b, e); });
+}
+
+Program default_program(const Graph& g) {
+  Program p;
+  for (const Node& n : g.nodes()) {
+    Step s;
+    s.node = n.id;
+    s.label = n.op;
+    p.steps.push_back(std::move(s));
+  }
+  return p;
+}
+
+}  // namespace
+
+Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : graph_(std::move(graph)) {
   ecg::verify_graph(graph_);
   pool_ = &shared_pool(opts.threads);
   const Graph& g = graph_;
+  if (program.steps.empty() && !g.nodes().empty()) program = default_program(g);
+  module_ = program.module;
+  stats_.blocks = program.blocks;
   const int nv = static_cast<int>(g.values().size());
   loc_.assign(static_cast<size_t>(nv), Loc{});
   std::vector<int> root(static_cast<size_t>(nv));
@@ -33,62 +56,104 @@ Executable::Executable(Graph graph, const ExecOptions& opts) : graph_(std::move(
     int id = g.outputs()[i];
     if (g.value(id).producer >= 0) loc_[id] = Loc{Base::Output, static_cast<int>(i), 0, nullptr};
   }
+  std::vector<char> aliased_value(static_cast<size_t>(nv), 0);
+  for (const Alias& a : program.aliases) aliased_value[a.value] = 1;
+  auto alias_to = [&](int v, int target, int64_t byte_offset) {
+    loc_[v] = loc_[target];
+    loc_[v].byte_offset += byte_offset;
+    root[v] = root[target];
+  };
 
   const int scratch_threads = pool_->num_threads();
   int64_t scratch = 0;
-  for (const Node& n : g.nodes()) {
-    const OpKernel* k = find_kernel(n.op);
-    std::string why = k ? (k->check ? k->check(g, n) : std::string()) : "no CPU kernel for op '" + n.op + "'";
-    if (!why.empty()) DNNF_THROW("node ", n.id, " ", g.describe_node(n.id), " (", n.origin, ") cannot run in the core: ", why);
-    Step s{n.id, k, false, std::vector<char>(n.outputs.size(), 0)};
-    bool all_alias = !n.outputs.empty();
-    for (size_t slot = 0; slot < n.outputs.size(); ++slot) {
-      int out = n.outputs[slot];
-      const Value& ov = g.value(out);
-      if (ov.is_output) {
-        all_alias = false;
-        continue;
+  size_t next_alias = 0;
+  for (Step& st : program.steps) {
+    Bound b;
+    b.step = std::move(st);
+    Step& s = b.step;
+    if (s.kind == Step::Kind::Node) {
+      const Node& n = g.node(s.node);
+      const OpKernel* k = find_kernel(n.op);
+      std::string why = k ? (k->check ? k->check(g, n) : std::string()) : "no CPU kernel for op '" + n.op + "'";
+      if (!why.empty()) DNNF_THROW("node ", n.id, " ", g.describe_node(n.id), " (", n.origin, ") cannot run in the core: ", why);
+      if (s.epilogue && !k->epilogue_hook) DNNF_THROW("op ", n.op, " cannot run a fused epilogue");
+      for (const auto& iv : s.input_views) {
+        if (!(k->strided_inputs >> iv.slot & 1u)) DNNF_THROW("op ", n.op, " cannot read input ", iv.slot, " strided");
+        b.in_strides.resize(n.inputs.size());
+        b.in_strides[iv.slot] = iv.strides;
       }
-      if (k->view && n.inputs[0] >= 0) {
-        ViewSpec vs = k->view(g, n, static_cast<int>(slot));
-        if (vs.is_contiguous()) {
-          int src = n.inputs[0];
-          loc_[out] = loc_[src];
-          loc_[out].byte_offset += vs.offset * static_cast<int64_t>(dtype_size(ov.dtype));
-          root[out] = root[src];
-          s.aliased[slot] = 1;
+      if (s.prologue && !k->prologue_hook) DNNF_THROW("op ", n.op, " cannot run a fused prologue");
+      b.kernel = k;
+      b.aliased.assign(n.outputs.size(), 0);
+      if (s.writes.empty()) s.writes = n.outputs;
+      if (s.reads.empty()) s.reads = n.inputs;
+      bool all_alias = !n.outputs.empty();
+      for (size_t slot = 0; slot < n.outputs.size(); ++slot) {
+        int out = n.outputs[slot];
+        const Value& ov = g.value(out);
+        if (ov.is_output || aliased_value[out]) {
+          all_alias = false;
           continue;
         }
+        if (k->view && n.inputs[0] >= 0) {
+          ViewSpec vs = k->view(g, n, static_cast<int>(slot));
+          if (vs.is_contiguous()) {
+            alias_to(out, n.inputs[0], vs.offset * static_cast<int64_t>(dtype_size(ov.dtype)));
+            b.aliased[slot] = 1;
+            continue;
+          }
+        }
+        all_alias = false;
+        in_arena[out] = 1;
       }
-      all_alias = false;
-      in_arena[out] = 1;
+      for (int w : s.writes)  // values a hooked epilogue writes in place of the node's output
+        if (g.value(w).producer != n.id && !g.value(w).is_output && !aliased_value[w]) in_arena[w] = 1, all_alias = false;
+      b.skip = all_alias;
+      if (!b.skip && k->scratch_bytes) scratch = std::max<int64_t>(scratch, static_cast<int64_t>(k->scratch_bytes(g, n, scratch_threads)));
+      stats_.flops += ecg::node_flops(g, n);
+      if (s.epilogue || s.prologue) ++stats_.hooked_steps;
+    } else {
+      DNNF_CHECK(s.fn != nullptr, "generated step without a function");
+      for (int v : s.writes)
+        if (!g.value(v).is_output && !aliased_value[v]) in_arena[v] = 1;
+      ++stats_.generated_steps;
     }
-    s.skip = all_alias;
-    if (!s.skip && k->scratch_bytes) scratch = std::max<int64_t>(scratch, static_cast<int64_t>(k->scratch_bytes(g, n, scratch_threads)));
-    if (!s.skip) ++stats_.kernels_per_call;
+    if (s.epilogue) b.epi = kernels::ElementHook{s.epilogue, nullptr};
+    if (s.prologue) b.pro = kernels::ElementHook{s.prologue, nullptr};
+    b.ptrs.assign(s.args.size(), nullptr);
+    if (!b.skip) ++stats_.kernels_per_call;
     else ++stats_.aliased_views;
-    stats_.flops += ecg::node_flops(g, n);
-    steps_.push_back(s);
+    steps_.push_back(std::move(b));
+    // Program aliases take effect once the step that makes their target has been bound.
+    while (next_alias < program.aliases.size() && program.aliases[next_alias].after_step < static_cast<int>(steps_.size())) {
+      const Alias& a = program.aliases[next_alias++];
+      alias_to(a.value, a.target, a.byte_offset);
+    }
   }
 
   // Liveness: a buffer lives from its producer's step to the last step reading it or any view of it.
   std::vector<int> first(static_cast<size_t>(nv), -1), last(static_cast<size_t>(nv), -1);
+  for (size_t step = 0; step < steps_.size(); ++step)
+    for (int out : steps_[step].step.writes) {
+      int r = root[out];
+      if (in_arena[r] && first[r] < 0) first[r] = last[r] = static_cast<int>(step);
+    }
   for (size_t step = 0; step < steps_.size(); ++step) {
-    const Node& n = g.node(steps_[step].node);
-    for (int out : n.outputs)
-      if (in_arena[out]) first[out] = last[out] = static_cast<int>(step);
-  }
-  for (size_t step = 0; step < steps_.size(); ++step) {
-    const Node& n = g.node(steps_[step].node);
-    for (int in : n.inputs)
-      if (in >= 0 && in_arena[root[in]]) last[root[in]] = std::max(last[root[in]], static_cast<int>(step));
+    auto touch = [&](int v) {
+      if (v >= 0 && in_arena[root[v]]) last[root[v]] = std::max(last[root[v]], static_cast<int>(step));
+    };
+    for (int in : steps_[step].step.reads) touch(in);
+    for (int a : steps_[step].step.args) touch(a);
+    for (int w : steps_[step].step.writes) touch(w);
   }
   std::vector<BufferRequest> reqs;
   std::vector<int> req_value;
   for (int v = 0; v < nv; ++v)
-    if (in_arena[v]) {
+    if (in_arena[v] && root[v] == v) {
+      DNNF_CHECK(first[v] >= 0, "value ", v, " is read but no step writes it");
       reqs.push_back(BufferRequest{g.value(v).nbytes(), first[v], last[v]});
       req_value.push_back(v);
+      stats_.irs_bytes += g.value(v).nbytes();
     }
   MemoryPlan plan = plan_memory(reqs, 64);
   for (size_t i = 0; i < reqs.size(); ++i) loc_[req_value[i]] = Loc{Base::Arena, 0, plan.offsets[i], nullptr};
@@ -126,24 +191,48 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
     if (!arena_) DNNF_THROW("out of memory allocating a ", arena_size_, "-byte arena");
   }
   void* scratch = static_cast<char*>(arena_) + scratch_offset_;
-  for (const Step& s : steps_) {
-    if (s.skip) continue;
+  dnnf_parallel par{pool_, pool_parallel_for};
+  for (Bound& b : steps_) {
+    if (b.skip) continue;
+    const Step& s = b.step;
+    for (size_t i = 0; i < s.args.size(); ++i) b.ptrs[i] = resolve(loc_[s.args[i]], inputs, outputs);
+    if (s.kind == Step::Kind::Generated) {
+      try {
+        s.fn(b.ptrs.data(), &par);
+      } catch (const std::exception& e) {
+        DNNF_THROW("dnnfusion core failed in ", s.label, ": ", e.what());
+      }
+      continue;
+    }
     const Node& n = g.node(s.node);
     KernelCall call{g, n, {}, {}, scratch, *pool_};
     call.in.reserve(n.inputs.size());
     for (int v : n.inputs) call.in.push_back(v < 0 ? nullptr : resolve(loc_[v], inputs, outputs));
     for (int v : n.outputs) call.out.push_back(resolve(loc_[v], inputs, outputs));
+    for (const auto& iv : s.input_views)
+      call.in[iv.slot] = static_cast<const char*>(resolve(loc_[iv.value], inputs, outputs)) +
+                         iv.offset * static_cast<int64_t>(dtype_size(g.value(iv.value).dtype));
+    if (!b.in_strides.empty()) call.in_strides = &b.in_strides;
+    if (b.epi) {
+      b.epi.ctx = b.ptrs.data();
+      call.epilogue = &b.epi;
+    }
+    if (b.pro) {
+      b.pro.ctx = b.ptrs.data();
+      call.prologue = &b.pro;
+      call.in[0] = nullptr;
+    }
     try {
-      if (s.kernel->view) {
+      if (b.kernel->view) {
         // A data-movement op whose output needs its own buffer: one strided copy per output.
         const Value& src = g.value(n.inputs[0]);
         for (size_t slot = 0; slot < n.outputs.size(); ++slot) {
-          if (s.aliased[slot]) continue;
-          ViewSpec vs = s.kernel->view(g, n, static_cast<int>(slot));
+          if (b.aliased[slot]) continue;
+          ViewSpec vs = b.kernel->view(g, n, static_cast<int>(slot));
           kernels::strided_copy(dtype_size(src.dtype), vs.shape, call.in[0], vs.strides, vs.offset, call.out[slot], *pool_);
         }
       } else {
-        s.kernel->run(call);
+        b.kernel->run(call);
       }
     } catch (const std::exception& e) {
       DNNF_THROW("dnnfusion core failed in node ", n.id, " ", g.describe_node(n.id), " (from ", n.origin, "): ", e.what());

@@ -1,8 +1,10 @@
-// Runs an ECG on the CPU: resolves every node to its kernel binding, aliases contiguous views
-// instead of copying them, plans intermediate buffers into one arena by liveness, and executes
-// the nodes in order on a persistent thread pool.
-// Precondition: the graph verifies and every node passes check_node (else the constructor throws
-// naming the node). Postcondition of run(): every graph output buffer holds its value.
+// Runs an ECG on the CPU: executes a Program (runtime/program.h: library kernels per node, or a
+// fusion plan's generated loop nests and hooked kernels), aliases contiguous views instead of
+// copying them, plans every materialized intermediate into one arena by liveness, and runs the
+// steps in order on a persistent thread pool. Without a Program: one step per node.
+// Precondition: the graph verifies, every node a Node step runs passes check_node (else the
+// constructor throws naming the node), and a Program's steps write each value before reading it.
+// Postcondition of run(): every graph output buffer holds its value.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -12,6 +14,7 @@
 
 #include "ecg/graph.h"
 #include "runtime/op_kernels.h"
+#include "runtime/program.h"
 #include "runtime/thread_pool.h"
 
 namespace dnnfusion::runtime {
@@ -28,11 +31,15 @@ struct ExecStats {
   int64_t naive_bytes = 0;    // one buffer per intermediate, for comparison
   int64_t scratch_bytes = 0;  // largest kernel scratch, shared by all nodes
   int64_t flops = 0;
+  int blocks = 0;             // fusion blocks (0 without a Program)
+  int generated_steps = 0;    // steps that run generated code (loop nests)
+  int hooked_steps = 0;       // library kernels running a generated prologue/epilogue
+  int64_t irs_bytes = 0;      // bytes of intermediate results written to memory per call
 };
 
 class Executable {
  public:
-  Executable(ecg::Graph graph, const ExecOptions& opts);
+  Executable(ecg::Graph graph, const ExecOptions& opts, Program program = {});
   ~Executable();
   // inputs: one pointer per graph input (contiguous, graph dtype/shape); outputs: one
   // preallocated contiguous buffer per graph output. Thread-safe (calls are serialized).
@@ -50,18 +57,22 @@ class Executable {
     int64_t byte_offset = 0;  // from the base (arena offset, view offset)
     const void* fixed = nullptr;
   };
-  struct Step {
-    int node = -1;
-    const OpKernel* kernel = nullptr;
+  struct Bound {
+    Step step;
+    const OpKernel* kernel = nullptr;  // Node steps
     bool skip = false;  // every output is an alias: nothing to launch
     std::vector<char> aliased;  // per output: a view into its input, not written by this step
+    std::vector<const void*> ptrs;  // pointer table of step.args, refilled per call
+    kernels::ElementHook epi, pro;
+    std::vector<std::vector<int64_t>> in_strides;  // per node input, from step.input_views
   };
   void* resolve(const Loc& l, const std::vector<const void*>& in, const std::vector<void*>& out) const;
 
   ecg::Graph graph_;
   ThreadPool* pool_ = nullptr;
   std::vector<Loc> loc_;
-  std::vector<Step> steps_;
+  std::vector<Bound> steps_;
+  std::shared_ptr<void> module_;
   ExecStats stats_;
   std::mutex run_mu_;
   void* arena_ = nullptr;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ecg/graph.h"
+#include "kernels/cpu/fusion_hooks.h"
 #include "kernels/cpu/parallel.h"
 
 namespace dnnfusion::runtime {
@@ -18,6 +19,16 @@ struct KernelCall {
   std::vector<void*> out;       // one per node output, contiguous buffers
   void* scratch;                // scratch_bytes() bytes, 64-byte aligned
   const kernels::Parallel& par;
+  // Set only for ops whose OpKernel advertises the hook (fused blocks, csrc/codegen).
+  const kernels::ElementHook* epilogue = nullptr;
+  const kernels::ElementHook* prologue = nullptr;
+  // Per input: element strides of a strided operand (empty: contiguous). Only set for inputs the
+  // OpKernel lists in strided_inputs (a fused block's data-movement ops folded into the operand).
+  const std::vector<std::vector<int64_t>>* in_strides = nullptr;
+  const std::vector<int64_t>& strides_of(size_t i) const {
+    static const std::vector<int64_t> none;
+    return in_strides && i < in_strides->size() ? (*in_strides)[i] : none;
+  }
 };
 
 // Output `slot` as a strided view of input 0 (all in elements).
@@ -35,6 +46,12 @@ struct OpKernel {
   void (*run)(KernelCall&) = nullptr;
   // Data-movement ops only: describes output `slot`; the executor copies or aliases.
   ViewSpec (*view)(const ecg::Graph&, const ecg::Node&, int slot) = nullptr;
+  // run() honours KernelCall::epilogue (applied to output 0) / KernelCall::prologue (computes
+  // input 0, which is then null) when these are set.
+  bool epilogue_hook = false;
+  bool prologue_hook = false;
+  // Bit i set: run() reads input i through KernelCall::strides_of(i) when given.
+  uint32_t strided_inputs = 0;
 };
 
 // nullptr if the core has no kernel for the op.

@@ -69,14 +69,22 @@ size_t conv_scratch(const Graph& g, const Node& n, int threads) { return kernels
 void run_conv(KernelCall& c) {
   int b = c.n.input_or_absent(2);
   kernels::conv2d_nchw(conv_shape(c.g, c.n), fin(c, 0), fin(c, 1), b >= 0 ? fin(c, 2) : nullptr, fout(c, 0),
-                       kernels::Activation::None, c.scratch, c.par);
+                       kernels::Activation::None, c.scratch, c.par, c.epilogue);
 }
 
 // ---- GEMM family ----
-// The last two dims of a contiguous tensor as a row-major matrix.
-kernels::MatrixView mat(const void* p, const std::vector<int64_t>& s) {
-  const int64_t cols = s.back();
-  return kernels::MatrixView{static_cast<const float*>(p), cols, 1};
+// The last two dims of input `slot` as a matrix (row-major unless a fused block hands the operand
+// over strided), and the distance between batch entries.
+kernels::MatrixView mat(const KernelCall& c, size_t slot, int64_t* batch_stride = nullptr) {
+  const auto& s = shp(c.g, c.n.inputs[slot]);
+  const auto& st = c.strides_of(slot);
+  const float* p = static_cast<const float*>(c.in[slot]);
+  if (st.empty()) {
+    if (batch_stride) *batch_stride = s[s.size() - 2] * s.back();
+    return kernels::MatrixView{p, s.back(), 1};
+  }
+  if (batch_stride) *batch_stride = st[0];
+  return kernels::MatrixView{p, st[st.size() - 2], st.back()};
 }
 
 std::string check_mm(const Graph& g, const Node& n) {
@@ -100,7 +108,8 @@ void prepare_bias(const Graph& g, const KernelCall& c, int bias_input, int64_t b
     return;
   }
   if (beta == 0.0) return;
-  // General broadcast: materialize beta*bias in C and accumulate into it.
+  // General broadcast: materialize beta*bias in C and accumulate into it (the GEMM's epilogue hook
+  // still sees each element once: it runs only on the final K block's stores).
   std::vector<int64_t> bs(3, 0);
   auto cs = contiguous_strides(b);
   for (size_t i = 0; i < b.size(); ++i) {
@@ -129,10 +138,12 @@ void run_mm(KernelCall& c) {
     ep.alpha = static_cast<float>(n.attr_float("alpha", 1.0));
     prepare_bias(g, c, 0, batch, M, N, n.attr_float("beta", 1.0), &ep);
   }
+  int64_t sa = 0, sb = 0;
+  const kernels::MatrixView A = mat(c, a, &sa), B = mat(c, a + 1, &sb);
   if (batched)
-    kernels::sgemm_batched(batch, M, N, K, mat(c.in[a], as), M * K, mat(c.in[a + 1], bs), K * N, fout(c, 0), N, M * N, ep, c.par);
+    kernels::sgemm_batched(batch, M, N, K, A, sa, B, sb, fout(c, 0), N, M * N, ep, c.par, c.epilogue);
   else
-    kernels::sgemm(M, N, K, mat(c.in[a], as), mat(c.in[a + 1], bs), fout(c, 0), N, ep, c.par);
+    kernels::sgemm(M, N, K, A, B, fout(c, 0), N, ep, c.par, c.epilogue);
 }
 
 // ---- scaled dot-product attention ----
@@ -154,9 +165,10 @@ size_t sdpa_scratch(const Graph& g, const Node& n, int threads) {
   return kernels::sdpa_scratch_bytes(shp(g, n.inputs[0])[2], shp(g, n.inputs[1])[2], threads);
 }
 
-kernels::Tensor4 t4(const void* p, const std::vector<int64_t>& s) {
-  auto cs = contiguous_strides(s);
-  return kernels::Tensor4{static_cast<const float*>(p), cs[0], cs[1], cs[2], cs[3]};
+kernels::Tensor4 t4(const KernelCall& c, size_t slot) {
+  const auto& given = c.strides_of(slot);
+  auto cs = given.empty() ? contiguous_strides(shp(c.g, c.n.inputs[slot])) : given;
+  return kernels::Tensor4{static_cast<const float*>(c.in[slot]), cs[0], cs[1], cs[2], cs[3]};
 }
 
 void run_sdpa(KernelCall& c) {
@@ -177,7 +189,7 @@ void run_sdpa(KernelCall& c) {
   }
   double scale = c.n.has_attr("scale") ? c.n.attr_float("scale") : 1.0 / std::sqrt(static_cast<double>(q[3]));
   float* lse = c.out.size() > 1 && c.g.value(c.n.outputs[1]).numel() == q[0] * q[1] * q[2] ? fout(c, 1) : nullptr;
-  kernels::sdpa(q[0], q[1], q[2], k[2], q[3], v[3], t4(c.in[0], q), t4(c.in[1], k), t4(c.in[2], v), mask,
+  kernels::sdpa(q[0], q[1], q[2], k[2], q[3], v[3], t4(c, 0), t4(c, 1), t4(c, 2), mask,
                 c.n.attr_int("is_causal", 0) != 0, static_cast<float>(scale), fout(c, 0), lse, c.scratch, c.par);
 }
 
@@ -221,12 +233,13 @@ std::string check_pool(const Graph& g, const Node& n) {
 
 void run_max_pool(KernelCall& c) {
   int64_t* idx = c.out.size() > 1 ? static_cast<int64_t*>(c.out[1]) : nullptr;
-  kernels::max_pool2d_nchw(pool_shape(c.g, c.n), fin(c, 0), fout(c, 0), idx, c.par);
+  kernels::max_pool2d_nchw(pool_shape(c.g, c.n), fin(c, 0), fout(c, 0), idx, c.par, c.epilogue);
 }
 
 void run_avg_pool(KernelCall& c) {
   int64_t div = c.n.has_attr("divisor_override") ? c.n.attr_int("divisor_override") : 0;
-  kernels::avg_pool2d_nchw(pool_shape(c.g, c.n), fin(c, 0), fout(c, 0), c.n.attr_int("count_include_pad", 1) != 0, div, c.par);
+  kernels::avg_pool2d_nchw(pool_shape(c.g, c.n), fin(c, 0), fout(c, 0), c.n.attr_int("count_include_pad", 1) != 0, div, c.par,
+                           c.epilogue);
 }
 
 void run_adaptive_avg_pool(KernelCall& c) {
@@ -234,7 +247,7 @@ void run_adaptive_avg_pool(KernelCall& c) {
   const auto& y = shp(c.g, c.n.outputs[0]);
   const bool batched = x.size() == 4;
   kernels::adaptive_avg_pool2d_nchw(batched ? x[0] : 1, x[x.size() - 3], x[x.size() - 2], x.back(), y[y.size() - 2], y.back(),
-                                    fin(c, 0), fout(c, 0), c.par);
+                                    fin(c, 0), fout(c, 0), c.par, c.epilogue);
 }
 
 // ---- normalization ----
@@ -265,7 +278,8 @@ void run_layer_norm(KernelCall& c) {
   float* mean = c.out.size() > 1 && c.g.value(c.n.outputs[1]).numel() == rows ? fout(c, 1) : nullptr;
   float* rstd = c.out.size() > 2 && c.g.value(c.n.outputs[2]).numel() == rows ? fout(c, 2) : nullptr;
   kernels::layer_norm(fin(c, 0), c.n.input_or_absent(1) >= 0 ? fin(c, 1) : nullptr, c.n.input_or_absent(2) >= 0 ? fin(c, 2) : nullptr,
-                      static_cast<float>(c.n.attr_float("eps")), rows, cols, fout(c, 0), mean, rstd, c.par);
+                      static_cast<float>(c.n.attr_float("eps")), rows, cols, fout(c, 0), mean, rstd, c.par, c.epilogue,
+                      c.prologue);
 }
 
 void run_group_norm(KernelCall& c) {
@@ -293,23 +307,27 @@ void run_softmax(KernelCall& c) {
   int64_t outer = 1, inner = 1, dim = x.empty() ? 1 : x[d];
   for (int64_t i = 0; i < d; ++i) outer *= x[i];
   for (size_t i = d + 1; i < x.size(); ++i) inner *= x[i];
-  kernels::softmax(fin(c, 0), fout(c, 0), outer, dim, inner, c.n.op == "_log_softmax", c.par);
+  kernels::softmax(fin(c, 0), fout(c, 0), outer, dim, inner, c.n.op == "_log_softmax", c.par, c.epilogue, c.prologue);
 }
 
 }  // namespace
 
 void register_nn_ops(KernelTable& t) {
-  t.emplace_back("convolution", OpKernel{check_conv, conv_scratch, run_conv, nullptr});
-  for (const char* op : {"addmm", "mm", "bmm", "baddbmm"}) t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr});
-  t.emplace_back("_scaled_dot_product_flash_attention_for_cpu", OpKernel{check_sdpa, sdpa_scratch, run_sdpa, nullptr});
-  t.emplace_back("max_pool2d_with_indices", OpKernel{check_pool, nullptr, run_max_pool, nullptr});
-  t.emplace_back("avg_pool2d", OpKernel{check_pool, nullptr, run_avg_pool, nullptr});
-  t.emplace_back("_adaptive_avg_pool2d", OpKernel{check_pool, nullptr, run_adaptive_avg_pool, nullptr});
+  // Trailing flags: {epilogue_hook, prologue_hook}, set only where run() passes the hook on.
+  t.emplace_back("convolution", OpKernel{check_conv, conv_scratch, run_conv, nullptr, true, false});
+  for (const char* op : {"addmm", "mm", "bmm", "baddbmm"})
+    t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr, true, false,
+                                std::string(op) == "addmm" || std::string(op) == "baddbmm" ? 0b110u : 0b011u});
+  t.emplace_back("_scaled_dot_product_flash_attention_for_cpu",
+                 OpKernel{check_sdpa, sdpa_scratch, run_sdpa, nullptr, false, false, 0b111u});
+  t.emplace_back("max_pool2d_with_indices", OpKernel{check_pool, nullptr, run_max_pool, nullptr, true, false});
+  t.emplace_back("avg_pool2d", OpKernel{check_pool, nullptr, run_avg_pool, nullptr, true, false});
+  t.emplace_back("_adaptive_avg_pool2d", OpKernel{check_pool, nullptr, run_adaptive_avg_pool, nullptr, true, false});
   t.emplace_back("_native_batch_norm_legit_no_training", OpKernel{check_batch_norm, nullptr, run_batch_norm, nullptr});
-  t.emplace_back("native_layer_norm", OpKernel{check_layer_norm, nullptr, run_layer_norm, nullptr});
+  t.emplace_back("native_layer_norm", OpKernel{check_layer_norm, nullptr, run_layer_norm, nullptr, true, true});
   t.emplace_back("native_group_norm", OpKernel{check_group_norm, nullptr, run_group_norm, nullptr});
-  t.emplace_back("_softmax", OpKernel{check_softmax, nullptr, run_softmax, nullptr});
-  t.emplace_back("_log_softmax", OpKernel{check_softmax, nullptr, run_softmax, nullptr});
+  t.emplace_back("_softmax", OpKernel{check_softmax, nullptr, run_softmax, nullptr, true, true});
+  t.emplace_back("_log_softmax", OpKernel{check_softmax, nullptr, run_softmax, nullptr, true, true});
 }
 
 }  // namespace dnnfusion::runtime

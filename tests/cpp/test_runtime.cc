@@ -264,13 +264,19 @@ TEST(FoldConstants, FoldsWeightOnlySubgraphsAndKeepsValues) {
   int out = g.node(g.add_node("add", {mm, ar2}, {{{1, 3}, DType::Float32}})).outputs[0];
   g.set_outputs({out});
 
-  Compiled compiled = compile_graph(g, CompileOptions{1});
-  EXPECT_EQ(compiled.folded_nodes, 3);  // t, arange, mul
+  CompileOptions opts;
+  opts.threads = 1;
+  Compiled compiled = compile_graph(g, opts);
+  EXPECT_GE(compiled.folded_nodes, 3);  // t, arange, mul (and whatever the rewrites leave on weights)
   const Graph& after = compiled.exe->graph();
   EXPECT_NO_THROW(ecg::verify_graph(after));
-  ASSERT_EQ(after.nodes().size(), 2u);  // mm, add
-  EXPECT_EQ(after.nodes()[0].op, "mm");
-  EXPECT_EQ(after.value(after.nodes()[0].inputs[1]).kind, ecg::ValueKind::Constant);
+  ASSERT_LE(after.nodes().size(), 2u);  // mm + add, or one addmm after rewriting
+  EXPECT_TRUE(after.nodes()[0].op == "mm" || after.nodes()[0].op == "addmm") << after.dump();
+  for (const auto& n : after.nodes()) {
+    bool any_activation = false;
+    for (int v : n.inputs) any_activation |= v >= 0 && !after.value(v).is_compile_time();
+    EXPECT_TRUE(any_activation) << "node " << n.op << " has only compile-time operands";
+  }
   std::vector<float> in = {1.f, -1.f}, res(3);
   compiled.exe->run({in.data()}, {res.data()});
   for (int j = 0; j < 3; ++j) EXPECT_FLOAT_EQ(res[j], W[j * 2] - W[j * 2 + 1] + 2.f * j);

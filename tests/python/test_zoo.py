@@ -1,5 +1,6 @@
 """End to end: every zoo model compiled with backend="dnnfusion" matches eager within
-max|out - ref| <= 2e-4 * max|ref|, and at least 90% of its ATen ops (by count) run in the core."""
+max|out - ref| <= 2e-4 * max|ref|, and at least 90% of its ATen ops (by count) run in the core —
+in each fusion mode (none / tvm / dnnfusion) at batch 1, and in the default mode at batch 4."""
 import pytest
 import torch
 
@@ -10,10 +11,10 @@ from dnnfusion.report import collecting
 TOL = 2e-4
 
 
-def check_model(model, inputs):
+def check_model(model, inputs, options=None):
     """Compares the compiled model with eager on every output tensor; returns the explain report."""
     before = [x.clone() for x in inputs]
-    compiled = torch.compile(model, backend="dnnfusion", dynamic=False)
+    compiled = torch.compile(model, backend="dnnfusion", options=options, dynamic=False)
     with torch.no_grad():
         ref = zoo.all_tensors(model(*inputs))
         with collecting() as graphs:  # one compile serves both the report and the comparison
@@ -38,15 +39,18 @@ def check_model(model, inputs):
     return report, worst
 
 
-@pytest.mark.parametrize("batch", [1, 4])
+CASES = [(1, m) for m in ("none", "tvm", "dnnfusion")] + [(4, "dnnfusion")]
+
+
+@pytest.mark.parametrize("batch,mode", CASES, ids=[f"b{b}-{m}" for b, m in CASES])
 @pytest.mark.parametrize("name", zoo.ALL)
-def test_zoo_model_matches_eager(name, batch):
+def test_zoo_model_matches_eager(name, batch, mode):
     model, make_inputs = zoo.build(name)
     inputs = make_inputs(batch)
-    report, worst = check_model(model, inputs)
+    report, worst = check_model(model, inputs, {"fusion": mode})
     fallbacks = {op: dict(r) for op, r in report.fallbacks.items()}
-    print(f"\n{name} batch {batch}: {report.n_core}/{report.n_total} ATen ops in the core "
+    print(f"\n{name} batch {batch} fusion {mode}: {report.n_core}/{report.n_total} ATen ops in the core "
           f"({100 * report.coverage:.1f}%), max rel error {worst:.2e}, kernels/call {report.kernels_per_call}, "
-          f"fallbacks {fallbacks}")
+          f"IRS {report.irs_bytes / 2**20:.1f} MiB, fallbacks {fallbacks}")
     assert report.n_total > 0
     assert report.coverage >= 0.90, f"only {100 * report.coverage:.1f}% of ATen ops ran in the core: {fallbacks}"

@@ -170,7 +170,7 @@ void depthwise_row_3x3(float* __restrict yr, const float* __restrict x0, int64_t
 // once into a zero-padded thread-local buffer, so every tap reads a full-width row with no bounds
 // tests; parallel over the N*K output planes.
 void depthwise(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
-               Activation act, const Parallel& par) {
+               Activation act, const Parallel& par, const ElementHook* epilogue) {
   const int64_t OH = s.OH(), OW = s.OW();
   const int64_t mult = s.K / s.C;
   const int64_t planes = s.N * s.K;
@@ -206,6 +206,7 @@ void depthwise(const Conv2dShape& s, const float* x, const float* w, const float
           depthwise_row_3x3(yr, xpad + oh * s.stride_h * Wp, s.dil_h * Wp, wk, b, OW);
           if (act != Activation::None)
             for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = activate(yr[ow], act);
+          if (epilogue) (*epilogue)(yr, (p * OH + oh) * OW, OW);
           continue;
         }
         for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = b;
@@ -219,6 +220,7 @@ void depthwise(const Conv2dShape& s, const float* x, const float* w, const float
         }
         if (act != Activation::None)
           for (int64_t ow = 0; ow < OW; ++ow) yr[ow] = activate(yr[ow], act);
+        if (epilogue) (*epilogue)(yr, (p * OH + oh) * OW, OW);
       }
     }
   });
@@ -246,11 +248,13 @@ size_t conv2d_scratch_bytes(const Conv2dShape& s, int /*num_threads*/) {
 }
 
 void conv2d_nchw(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
-                 Activation act, void* /*scratch*/, const Parallel& par) {
+                 Activation act, void* /*scratch*/, const Parallel& par,
+                 const ElementHook* epilogue) {
   conv2d_check_shape(s);
+  if (epilogue != nullptr && !*epilogue) epilogue = nullptr;
   const int64_t Cg = s.C / s.groups;
   if (Cg == 1 && s.groups > 1) {
-    depthwise(s, x, w, bias, y, act, par);
+    depthwise(s, x, w, bias, y, act, par, epilogue);
     return;
   }
   ConvProblem p;
@@ -277,7 +281,9 @@ void conv2d_nchw(const Conv2dShape& s, const float* x, const float* w, const flo
     ep.bias = bias;
     ep.bias_mode = GemmEpilogue::Bias::PerRow;
   }
-  gemm_detail::run(p, ep, par);
+  // Entry b = n*groups + g writes the Kg planes starting at plane n*K + g*Kg = b*Kg, so the
+  // GEMM's (b*M + i)*N + j already is the [N][K][OH][OW] index.
+  gemm_detail::run(p, ep, par, epilogue);
 }
 
 }  // namespace dnnfusion::kernels

@@ -8,10 +8,15 @@
 // x is [N][C][H][W], w is [K][C/groups][R][S], bias is [K] or nullptr, y is [N][K][OH][OW], and y
 // does not overlap x/w/bias. Postcondition: every element of y written. Throws dnnfusion::Error
 // on invalid shapes.
+// Fusion epilogue (optional; nullptr or empty = none): every y element is passed to it exactly
+// once, after its final value (bias and activation included) is stored, in contiguous runs with
+// start = the element's row-major index in [N][K][OH][OW]: one call per GEMM tile row (runs within
+// one output plane, see gemm.h) or per output row of the depthwise kernel.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/fusion_hooks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 
@@ -38,6 +43,7 @@ void conv2d_check_shape(const Conv2dShape& s);
 size_t conv2d_scratch_bytes(const Conv2dShape& s, int num_threads);
 
 void conv2d_nchw(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
-                 Activation act, void* scratch, const Parallel& par);
+                 Activation act, void* scratch, const Parallel& par,
+                 const ElementHook* epilogue = nullptr);
 
 }  // namespace dnnfusion::kernels

@@ -2,6 +2,9 @@
 // force_isa() made on the test thread without further synchronisation.
 #include "kernels/cpu/cpu_features.h"
 
+#include <cpuid.h>
+#include <cstring>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -81,6 +84,21 @@ const char* isa_name(Isa isa) {
     case Isa::Avx512: return "avx512";
   }
   return "unknown";
+}
+
+std::string cpu_brand() {
+  unsigned regs[12] = {0};
+  char brand[49] = {0};
+  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+    for (unsigned i = 0; i < 3; ++i) __get_cpuid(0x80000002u + i, &regs[4 * i], &regs[4 * i + 1], &regs[4 * i + 2], &regs[4 * i + 3]);
+    std::memcpy(brand, regs, 48);
+  }
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  __get_cpuid(1, &a, &b, &c, &d);
+  const unsigned family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff), model = ((a >> 4) & 0xf) | ((a >> 12) & 0xf0);
+  std::string s(brand);
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s + " [" + std::to_string(family) + "/" + std::to_string(model) + "/" + std::to_string(a & 0xf) + "]";
 }
 
 }  // namespace dnnfusion::kernels

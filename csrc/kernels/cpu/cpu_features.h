@@ -5,6 +5,7 @@
 // Postcondition: active_isa() never names an ISA the CPU lacks (forcing one throws dnnfusion::Error).
 #pragma once
 #include <cstdint>
+#include <string>
 
 namespace dnnfusion::kernels {
 
@@ -21,5 +22,8 @@ void reset_isa();
 const char* isa_name(Isa isa);
 // True if this CPU can run kernels built for `isa`.
 bool isa_supported(Isa isa);
+// The CPU's brand string and family/model/stepping, e.g. "Intel(R) Xeon(R) ... [6/167/8]": what
+// -march=native code and measured profiles are specific to.
+std::string cpu_brand();
 
 }  // namespace dnnfusion::kernels

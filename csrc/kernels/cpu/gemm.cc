@@ -116,7 +116,7 @@ void pack_a(MatrixView A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr
 
 // One task: rows [m0,m1) x cols [n0,n1) of batch entry b, all of K.
 void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo& uk, int64_t b,
-                   int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+                   int64_t m0, int64_t m1, int64_t n0, int64_t n1, const ElementHook* hook) {
   const int MR = uk.mr, NR = uk.nr;
   const int64_t K = p.K, ldc = p.ldc;
   const MatrixView A = p.a(b);
@@ -137,6 +137,8 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
     for (int64_t pc = 0; pc < K; pc += kc_blk) {
       const int64_t kc = std::min(kc_blk, K - pc);
       const bool first = pc == 0, last = pc + kc == K;
+      // Values are final only after the last K block, so that is the only pass that runs the hook.
+      const ElementHook* tile_hook = last ? hook : nullptr;
       float* Bp = tl_pack_b.get(static_cast<size_t>(nc_pad * kc));
       p.pack_b(b, pc, kc, jc, nc, NR, Bp);
       for (int64_t ic = m0; ic < m1; ic += uk.mc) {
@@ -158,6 +160,10 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
             float* c = C + i * ldc + j;
             if (mr_eff == MR && nr_eff == NR) {
               uk.fn(kc, ap, bp, c, ldc, args);
+              if (tile_hook) {
+                for (int r = 0; r < MR; ++r)
+                  (*tile_hook)(c + r * ldc, (b * p.M + i + r) * p.N + j, NR);
+              }
             } else {
               const UkArgs plain{0.f, nullptr, nullptr, Activation::None};
               uk.fn(kc, ap, bp, tmp, NR, plain);
@@ -171,6 +177,7 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
                   if (args.bcol) v += args.bcol[q];
                   cr[q] = activate(v, args.act);
                 }
+                if (tile_hook) (*tile_hook)(cr, (b * p.M + i + r) * p.N + j, nr_eff);
               }
             }
           }
@@ -181,7 +188,8 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
 }
 
 // K == 0: no products, only the epilogue.
-void epilogue_only(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par) {
+void epilogue_only(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par,
+                   const ElementHook* hook) {
   const int64_t rows = p.batch * p.M;
   par.parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(1, p.N)),
                    [&](int64_t r0, int64_t r1) {
@@ -196,6 +204,7 @@ void epilogue_only(const BatchedProblem& p, const GemmEpilogue& ep, const Parall
                          if (ep.bias_mode == GemmEpilogue::Bias::PerCol) v += bias[j];
                          c[j] = activate(v, ep.act);
                        }
+                       if (hook) (*hook)(c, r * p.N, p.N);
                      }
                    });
 }
@@ -273,13 +282,15 @@ void pack_b_strided(MatrixView B, int64_t k0, int64_t kc, int64_t j0, int64_t nc
   }
 }
 
-void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par) {
+void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par,
+         const ElementHook* epilogue) {
+  if (epilogue != nullptr && !*epilogue) epilogue = nullptr;
   DNNF_CHECK(p.batch >= 0 && p.M >= 0 && p.N >= 0 && p.K >= 0, "sgemm: negative size (batch=",
              p.batch, " M=", p.M, " N=", p.N, " K=", p.K, ")");
   DNNF_CHECK(p.ldc >= p.N || p.M <= 1, "sgemm: ldc=", p.ldc, " < N=", p.N);
   if (p.batch == 0 || p.M == 0 || p.N == 0) return;
   if (p.K == 0) {
-    epilogue_only(p, ep, par);
+    epilogue_only(p, ep, par, epilogue);
     return;
   }
   const UkInfo& uk = select_ukernel();
@@ -309,9 +320,9 @@ void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par) {
       const int64_t hi = std::min(dim, ((c + 1) * units / chunks) * unit);
       if (lo >= hi) continue;
       if (split_n) {
-        compute_block(p, ep, uk, b, 0, p.M, lo, hi);
+        compute_block(p, ep, uk, b, 0, p.M, lo, hi, epilogue);
       } else {
-        compute_block(p, ep, uk, b, lo, hi, 0, p.N);
+        compute_block(p, ep, uk, b, lo, hi, 0, p.N, epilogue);
       }
     }
   };
@@ -326,7 +337,8 @@ void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par) {
 
 void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A, int64_t strideA,
                    MatrixView B, int64_t strideB, float* C, int64_t ldc, int64_t strideC,
-                   const GemmEpilogue& ep, const Parallel& par) {
+                   const GemmEpilogue& ep, const Parallel& par,
+                   const ElementHook* epilogue) {
   DNNF_CHECK(ep.bias_mode == GemmEpilogue::Bias::None || ep.bias != nullptr,
              "sgemm: bias mode set but bias is null");
   gemm_detail::StridedProblem p;
@@ -342,12 +354,12 @@ void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A,
   p.sc = strideC;
   p.C = C;
   p.bias_ptr = ep.bias;
-  gemm_detail::run(p, ep, par);
+  gemm_detail::run(p, ep, par, epilogue);
 }
 
 void sgemm(int64_t M, int64_t N, int64_t K, MatrixView A, MatrixView B, float* C, int64_t ldc,
-           const GemmEpilogue& ep, const Parallel& par) {
-  sgemm_batched(1, M, N, K, A, 0, B, 0, C, ldc, 0, ep, par);
+           const GemmEpilogue& ep, const Parallel& par, const ElementHook* epilogue) {
+  sgemm_batched(1, M, N, K, A, 0, B, 0, C, ldc, 0, ep, par, epilogue);
 }
 
 }  // namespace dnnfusion::kernels

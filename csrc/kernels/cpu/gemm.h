@@ -6,10 +6,18 @@
 // (it may hold NaN). Postconditions: every C[i*ldc+j], i<M, j<N, written exactly once per call;
 // nothing else in C touched. K == 0 gives act(beta*C_old + bias). Throws dnnfusion::Error on
 // negative sizes or a null bias pointer with a bias mode.
+// Fusion epilogue (optional; nullptr or an empty hook = none): called after an element's final
+// value (bias, beta*C_old and activation included) is stored, while its tile is still in L1, once
+// per tile row (K == 0: per whole row of C): data = &C[i*ldc + j], count = that row's valid
+// columns of the tile, start = (b*M + i)*N + j (b = 0 for sgemm). start ignores ldc/strideC: it
+// is the row-major linear index of the element in a dense [batch][M][N] output, which is what C
+// is when ldc == N and strideC == M*N. Every C element is passed exactly once, from whichever
+// worker computed it.
 #pragma once
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/fusion_hooks.h"
 #include "kernels/cpu/gemm_ukernel.h"
 #include "kernels/cpu/parallel.h"
 
@@ -31,13 +39,14 @@ struct GemmEpilogue {
 };
 
 void sgemm(int64_t M, int64_t N, int64_t K, MatrixView A, MatrixView B, float* C, int64_t ldc,
-           const GemmEpilogue& ep, const Parallel& par);
+           const GemmEpilogue& ep, const Parallel& par, const ElementHook* epilogue = nullptr);
 
 // batch independent GEMMs: A_b = A.data + b*strideA, B_b likewise, C_b = C + b*strideC. The same
 // epilogue (and bias vector) applies to every batch entry.
 void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A, int64_t strideA,
                    MatrixView B, int64_t strideB, float* C, int64_t ldc, int64_t strideC,
-                   const GemmEpilogue& ep, const Parallel& par);
+                   const GemmEpilogue& ep, const Parallel& par,
+                   const ElementHook* epilogue = nullptr);
 
 namespace gemm_detail {
 
@@ -61,7 +70,10 @@ struct BatchedProblem {
 void pack_b_strided(MatrixView B, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
                     float* dst);
 
-void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par);
+// The epilogue hook gets start = (b*M + i)*N + j as documented above; conv2d relies on that being
+// the [N][K][OH][OW] output index (its entry b = n*groups + g owns Kg consecutive output planes).
+void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par,
+         const ElementHook* epilogue = nullptr);
 
 }  // namespace gemm_detail
 }  // namespace dnnfusion::kernels

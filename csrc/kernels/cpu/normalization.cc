@@ -54,11 +54,27 @@ void split(int64_t n, int64_t work_per_item, const Parallel& par, Body&& body) {
 }  // namespace
 
 void layer_norm(const float* x, const float* weight, const float* bias, float eps, int64_t rows, int64_t cols, float* y,
-                float* mean, float* rstd, const Parallel& par) {
+                float* mean, float* rstd, const Parallel& par, const ElementHook* epilogue,
+                const ElementHook* prologue) {
   DNNF_CHECK(rows >= 0 && cols >= 0, "layer_norm needs rows, cols >= 0; got ", rows, ", ", cols);
+  if (epilogue != nullptr && !*epilogue) epilogue = nullptr;
+  if (prologue != nullptr && !*prologue) prologue = nullptr;
   split(rows, cols, par, [&](int64_t b, int64_t e) {
+    // The generated row is read three times (mean, deviations, normalise), so it is materialised
+    // once per row in a per-thread buffer that only grows.
+    thread_local std::vector<float> xbuf;
+    float* xb = nullptr;
+    if (prologue) {
+      if (xbuf.size() < static_cast<size_t>(cols)) xbuf.resize(static_cast<size_t>(cols));
+      xb = xbuf.data();
+    }
     for (int64_t r = b; r < e; ++r) {
-      const float* xr = x + r * cols;
+      const float* xr = xb;
+      if (prologue) {
+        (*prologue)(xb, r * cols, cols);
+      } else {
+        xr = x + r * cols;
+      }
       float* yr = y + r * cols;
       double m = 0, rs = 0;
       moments(xr, cols, eps, &m, &rs);
@@ -76,6 +92,7 @@ void layer_norm(const float* x, const float* weight, const float* bias, float ep
       } else {
         for (int64_t i = 0; i < cols; ++i) yr[i] = ((xr[i] - mf) - dm) * rf;
       }
+      if (epilogue) (*epilogue)(yr, r * cols, cols);
     }
   });
 }

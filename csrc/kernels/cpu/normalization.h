@@ -9,14 +9,20 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/fusion_hooks.h"
 #include "kernels/cpu/parallel.h"
 
 namespace dnnfusion::kernels {
 
 // layer norm over the last `cols` elements of each of `rows` rows; weight/bias nullable (length
-// cols); mean/rstd nullable outputs (length rows)
+// cols); mean/rstd nullable outputs (length rows).
+// Fusion hooks (optional; nullptr or empty = none), one call per row r with start = r*cols,
+// count = cols: the prologue writes row r of the input into a per-thread buffer (x is then never
+// read and may be nullptr); the epilogue gets y's row r once it is final. mean/rstd are never
+// passed to a hook.
 void layer_norm(const float* x, const float* weight, const float* bias, float eps, int64_t rows, int64_t cols, float* y,
-                float* mean, float* rstd, const Parallel& par);
+                float* mean, float* rstd, const Parallel& par, const ElementHook* epilogue = nullptr,
+                const ElementHook* prologue = nullptr);
 
 // inference batch norm on [N][C][inner]: y = (x - rm[c]) / sqrt(rv[c] + eps) * w[c] + b[c];
 // w/b nullable. Folded into y = x * scale[c] + shift[c] like torch's CPU inference path.

@@ -21,6 +21,14 @@ namespace {
 
 constexpr int64_t kTile = 256;
 
+// Where a prologue materialises the input it generates: per thread and only growing, so a
+// softmax per layer does not hit the allocator.
+float* input_buffer(int64_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
 // NaN-propagating max (a NaN in the row must make the whole row NaN, as in torch)
 inline float nmax(float a, float b) { return (b > a || b != b) ? b : a; }
 
@@ -65,8 +73,11 @@ void softmax_row(const float* x, float* y, int64_t n, bool log) {
   }
 }
 
-// [dim][n] slice with row stride ld (the inner extent); n <= kTile
-void softmax_cols(const float* x, float* y, int64_t dim, int64_t n, int64_t ld, bool log) {
+// [dim][n] slice, rows ldx apart in x and ldy apart in y (the inner extent, or n for a prologue's
+// packed buffer); n <= kTile. hook (nullable) gets each finished y row, which sits at linear index
+// ystart + d*ldy.
+void softmax_cols(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t dim, int64_t n, bool log,
+                  const ElementHook* hook, int64_t ystart) {
   float mx[kTile];
   double sum[kTile];
   for (int64_t i = 0; i < n; ++i) {
@@ -74,12 +85,12 @@ void softmax_cols(const float* x, float* y, int64_t dim, int64_t n, int64_t ld, 
     sum[i] = 0;
   }
   for (int64_t d = 0; d < dim; ++d) {
-    const float* r = x + d * ld;
+    const float* r = x + d * ldx;
     for (int64_t i = 0; i < n; ++i) mx[i] = mx[i] != mx[i] ? mx[i] : nmax(mx[i], r[i]);
   }
   for (int64_t d = 0; d < dim; ++d) {
-    const float* r = x + d * ld;
-    float* o = y + d * ld;
+    const float* r = x + d * ldx;
+    float* o = y + d * ldy;
     if (log) {
       for (int64_t i = 0; i < n; ++i) sum[i] += exp_f32(r[i] - mx[i]);
     } else {
@@ -93,26 +104,40 @@ void softmax_cols(const float* x, float* y, int64_t dim, int64_t n, int64_t ld, 
   float f[kTile];
   for (int64_t i = 0; i < n; ++i) f[i] = log ? static_cast<float>(std::log(sum[i])) : static_cast<float>(1.0 / sum[i]);
   for (int64_t d = 0; d < dim; ++d) {
-    const float* r = x + d * ld;
-    float* o = y + d * ld;
+    const float* r = x + d * ldx;
+    float* o = y + d * ldy;
     if (log) {
       for (int64_t i = 0; i < n; ++i) o[i] = (r[i] - mx[i]) - f[i];
     } else {
       for (int64_t i = 0; i < n; ++i) o[i] *= f[i];
     }
+    if (hook) (*hook)(o, ystart + d * ldy, n);
   }
 }
 
 }  // namespace
 
-void softmax(const float* x, float* y, int64_t outer, int64_t dim, int64_t inner, bool log, const Parallel& par) {
+void softmax(const float* x, float* y, int64_t outer, int64_t dim, int64_t inner, bool log, const Parallel& par,
+             const ElementHook* epilogue, const ElementHook* prologue) {
   DNNF_CHECK(outer >= 0 && dim >= 0 && inner >= 0, "softmax extents must be >= 0; got outer ", outer, ", dim ", dim,
              ", inner ", inner);
   if (outer == 0 || dim == 0 || inner == 0) return;
+  if (epilogue != nullptr && !*epilogue) epilogue = nullptr;
+  if (prologue != nullptr && !*prologue) prologue = nullptr;
   if (inner == 1) {
     const int64_t grain = std::max<int64_t>(1, 8192 / dim);
     auto body = [&](int64_t b, int64_t e) {
-      for (int64_t o = b; o < e; ++o) softmax_row(x + o * dim, y + o * dim, dim, log);
+      float* xbuf = prologue ? input_buffer(dim) : nullptr;
+      for (int64_t o = b; o < e; ++o) {
+        const float* xr = xbuf;
+        if (prologue) {
+          (*prologue)(xbuf, o * dim, dim);
+        } else {
+          xr = x + o * dim;
+        }
+        softmax_row(xr, y + o * dim, dim, log);
+        if (epilogue) (*epilogue)(y + o * dim, o * dim, dim);
+      }
     };
     if (outer <= grain) body(0, outer);
     else par.parallel_for(outer, grain, body);
@@ -121,10 +146,23 @@ void softmax(const float* x, float* y, int64_t outer, int64_t dim, int64_t inner
   const int64_t tiles = (inner + kTile - 1) / kTile;
   const int64_t grain = std::max<int64_t>(1, 8192 / (dim * std::min(inner, kTile)));
   auto body = [&](int64_t b, int64_t e) {
+    float* xbuf = prologue ? input_buffer(dim * std::min(inner, kTile)) : nullptr;
     for (int64_t t = b; t < e; ++t) {
       const int64_t o = t / tiles, i0 = (t % tiles) * kTile;
       const int64_t off = o * dim * inner + i0;
-      softmax_cols(x + off, y + off, dim, std::min(kTile, inner - i0), inner, log);
+      const int64_t n = std::min(kTile, inner - i0);
+      if (!prologue) {
+        softmax_cols(x + off, inner, y + off, inner, dim, n, log, epilogue, off);
+        continue;
+      }
+      // Pack the tile's columns densely (row stride n): the softmax passes then stream the
+      // buffer, and a tile spanning all of inner is one contiguous request.
+      if (n == inner) {
+        (*prologue)(xbuf, off, dim * n);
+      } else {
+        for (int64_t d = 0; d < dim; ++d) (*prologue)(xbuf + d * n, off + d * inner, n);
+      }
+      softmax_cols(xbuf, n, y + off, inner, dim, n, log, epilogue, off);
     }
   };
   if (outer * tiles <= grain) body(0, outer * tiles);

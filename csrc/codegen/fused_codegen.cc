@@ -1,0 +1,705 @@
+#include "codegen/fused_codegen.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "codegen/expr_rules.h"
+#include "codegen/view_compose.h"
+#include "common/error.h"
+#include "ecg/op_registry.h"
+#include "runtime/op_kernels.h"
+
+namespace dnnfusion::codegen {
+
+using ecg::Graph;
+using ecg::MappingType;
+using ecg::Node;
+
+namespace {
+
+struct Leaf {
+  int value;
+  StridedView view;
+};
+
+struct Expr {
+  enum class Kind { Leaf, Literal, Op } kind = Kind::Op;
+  int leaf = -1;
+  double literal = 0;
+  int node = -1;
+  std::vector<int> kids;  // -1: absent optional operand
+  bool is_bool = false;
+};
+
+// Thrown while building an expression when an in-block value has no index arithmetic to its
+// consumer: the block then writes that value to memory and starts over.
+struct NeedMaterialize {
+  int value;
+};
+
+std::string view_key(const StridedView& v) {
+  std::ostringstream os;
+  os << v.offset << ':';
+  for (size_t i = 0; i < v.shape.size(); ++i) os << v.shape[i] << '/' << v.strides[i] << ',';
+  return os.str();
+}
+
+// The expression DAG of one stage, hash-consed so equal sub-trees exist once.
+class ExprBuilder {
+ public:
+  ExprBuilder(const Graph& g, std::function<bool(int)> is_leaf) : g_(g), is_leaf_(std::move(is_leaf)) {}
+
+  std::vector<Leaf> leaves;
+  std::vector<Expr> exprs;
+
+  int of_value(int v) {
+    auto it = memo_.find(v);
+    if (it != memo_.end()) return it->second;
+    int e = is_leaf_(v) ? make_leaf(v) : expand(v);
+    memo_[v] = e;
+    return e;
+  }
+
+  // Rebuilds e with every leaf view replaced by f(view); nullopt from f aborts (returns -1).
+  int map_leaves(int e, const std::function<std::optional<StridedView>(const StridedView&)>& f) {
+    std::map<int, int> memo;
+    return map_rec(e, f, memo);
+  }
+
+  bool references(int e, int value) const {
+    std::set<int> seen;
+    std::function<bool(int)> rec = [&](int x) -> bool {
+      if (x < 0 || !seen.insert(x).second) return false;
+      const Expr& ex = exprs[x];
+      if (ex.kind == Expr::Kind::Leaf) return leaves[ex.leaf].value == value;
+      for (int k : ex.kids)
+        if (rec(k)) return true;
+      return false;
+    };
+    return rec(e);
+  }
+
+ private:
+  int intern(Expr ex, const std::string& key) {
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+    exprs.push_back(std::move(ex));
+    index_[key] = static_cast<int>(exprs.size()) - 1;
+    return static_cast<int>(exprs.size()) - 1;
+  }
+
+  int leaf_expr(int value, const StridedView& view) {
+    std::string key = "L" + std::to_string(value) + "@" + view_key(view);
+    auto it = index_.find(key);
+    if (it != index_.end()) return it->second;
+    leaves.push_back(Leaf{value, view});
+    Expr ex;
+    ex.kind = Expr::Kind::Leaf;
+    ex.leaf = static_cast<int>(leaves.size()) - 1;
+    ex.is_bool = g_.value(value).dtype == DType::Bool;
+    return intern(ex, key);
+  }
+
+  int make_leaf(int v) {
+    const ecg::Value& val = g_.value(v);
+    if (val.kind == ecg::ValueKind::Constant && val.numel() == 1 && val.dtype == DType::Float32 && val.data) {
+      float f;
+      std::memcpy(&f, val.data, sizeof f);
+      Expr ex;
+      ex.kind = Expr::Kind::Literal;
+      ex.literal = f;
+      char key[64];
+      std::snprintf(key, sizeof key, "C%a", static_cast<double>(f));
+      return intern(ex, key);
+    }
+    return leaf_expr(v, StridedView::contiguous(val.shape));
+  }
+
+  int map_rec(int e, const std::function<std::optional<StridedView>(const StridedView&)>& f, std::map<int, int>& memo) {
+    if (e < 0) return e;
+    auto it = memo.find(e);
+    if (it != memo.end()) return it->second;
+    const Expr ex = exprs[e];
+    int r = e;
+    if (ex.kind == Expr::Kind::Leaf) {
+      auto nv = f(leaves[ex.leaf].view);
+      if (!nv) return -2;
+      r = leaf_expr(leaves[ex.leaf].value, *nv);
+    } else if (ex.kind == Expr::Kind::Op) {
+      Expr ne = ex;
+      for (auto& k : ne.kids) {
+        k = map_rec(k, f, memo);
+        if (k == -2) return -2;
+      }
+      r = op_expr(ne);
+    }
+    memo[e] = r;
+    return r;
+  }
+
+  int op_expr(const Expr& ex) {
+    std::string key = "O" + std::to_string(ex.node) + "(";
+    for (int k : ex.kids) key += std::to_string(k) + ",";
+    return intern(ex, key + ")");
+  }
+
+  // Expression of value v in v's own coordinates, from its producer.
+  int expand(int v) {
+    const ecg::Value& val = g_.value(v);
+    const Node& n = g_.node(val.producer);
+    if (is_index_op(n.op)) {
+      const int in = n.inputs[0];
+      int e = of_value(in);
+      int r = map_leaves(e, [&](const StridedView& sv) { return compose_view(g_, n, sv); });
+      if (r == -2) {
+        if (is_leaf_(in)) DNNF_THROW("no index arithmetic for ", g_.describe_node(n.id));
+        throw NeedMaterialize{in};
+      }
+      return r;
+    }
+    const auto& out_shape = val.shape;
+    Expr ex;
+    ex.node = n.id;
+    const bool bn = n.op == "_native_batch_norm_legit_no_training";
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      const int in = n.inputs[i];
+      if (in < 0) {
+        ex.kids.push_back(-1);
+        continue;
+      }
+      int e = of_value(in);
+      const auto& in_shape = g_.value(in).shape;
+      if (bn && i >= 1) {  // per-channel parameter [C] -> [C, 1, ..., 1] against [N, C, ...]
+        std::vector<int64_t> s(out_shape.size() - 1, 1);
+        s[0] = in_shape[0];
+        e = map_leaves(e, [&](const StridedView& sv) { return reshape_view(sv, s); });
+        if (e == -2) throw NeedMaterialize{in};
+        e = map_leaves(e, [&](const StridedView& sv) { return std::optional<StridedView>(broadcast_view(sv, out_shape)); });
+      } else if (in_shape != out_shape) {
+        e = map_leaves(e, [&](const StridedView& sv) { return std::optional<StridedView>(broadcast_view(sv, out_shape)); });
+      }
+      ex.kids.push_back(e);
+    }
+    return op_expr(ex);
+  }
+
+  const Graph& g_;
+  std::function<bool(int)> is_leaf_;
+  std::map<int, int> memo_;
+  std::map<std::string, int> index_;
+};
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Pointer-table positions of the values a generated function reads or writes.
+struct ArgTable {
+  std::vector<int> values;
+  int index_of(int v) {
+    for (size_t i = 0; i < values.size(); ++i)
+      if (values[i] == v) return static_cast<int>(i);
+    values.push_back(v);
+    return static_cast<int>(values.size()) - 1;
+  }
+};
+
+enum class StageKind { Loop, Epilogue, Prologue };
+
+struct Access {
+  int arg;          // pointer-table index (-1: the hook's `data`)
+  bool is_bool;
+  std::vector<int64_t> strides;  // over the collapsed dims
+  int64_t offset;
+};
+
+// Emits one generated function computing `roots` (all of shape `shape`) element by element. For a
+// Loop the results go to `outs`; hooks read (epilogue) or write `data`. Returns the function's name.
+std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, const std::vector<int>& roots,
+                          const std::vector<int>& outs, const std::vector<int64_t>& shape, int self_value, ArgTable& args,
+                          std::map<std::string, std::string>& functions) {
+  // Accesses: leaves (distinct value+view) and the contiguous outputs.
+  std::vector<int> leaf_order;
+  std::vector<int> expr_order;
+  std::set<int> seen;
+  std::function<void(int)> visit = [&](int e) {
+    if (e < 0 || !seen.insert(e).second) return;
+    for (int k : b.exprs[e].kids) visit(k);
+    expr_order.push_back(e);
+    if (b.exprs[e].kind == Expr::Kind::Leaf) leaf_order.push_back(e);
+  };
+  for (int r : roots) visit(r);
+
+  std::vector<int64_t> dims = shape;
+  std::vector<std::vector<int64_t>> strides;  // per access, then outputs
+  std::vector<int64_t> offsets;
+  std::vector<Access> acc;
+  for (int e : leaf_order) {
+    const Leaf& l = b.leaves[b.exprs[e].leaf];
+    int arg = l.value == self_value ? -1 : args.index_of(l.value);
+    if (l.value == self_value)
+      DNNF_CHECK(l.view == StridedView::contiguous(shape), "epilogue reads its input at a non-identity index");
+    acc.push_back(Access{arg, b.exprs[e].is_bool, l.view.strides, l.view.offset});
+  }
+  const StridedView cont = StridedView::contiguous(shape);
+  std::vector<int> out_args;
+  for (int o : outs) {
+    out_args.push_back(args.index_of(o));
+    acc.push_back(Access{out_args.back(), false, cont.strides, 0});
+  }
+  const size_t nouts = outs.size();
+  const size_t nleaf = leaf_order.size();
+  // Collapse: drop size-1 dims, merge neighbours every access walks contiguously.
+  {
+    std::vector<int64_t> nd;
+    std::vector<std::vector<int64_t>> ns(acc.size());
+    for (size_t k = 0; k < dims.size(); ++k) {
+      if (dims[k] == 1) continue;
+      nd.push_back(dims[k]);
+      for (size_t a = 0; a < acc.size(); ++a) ns[a].push_back(acc[a].strides[k]);
+    }
+    if (nd.empty()) {
+      nd.push_back(1);
+      for (auto& s : ns) s.push_back(0);
+    }
+    std::vector<int64_t> md{nd[0]};
+    std::vector<std::vector<int64_t>> ms(acc.size());
+    for (size_t a = 0; a < acc.size(); ++a) ms[a].push_back(ns[a][0]);
+    for (size_t k = 1; k < nd.size(); ++k) {
+      bool merge = true;
+      for (size_t a = 0; a < acc.size(); ++a)
+        if (ms[a].back() != ns[a][k] * nd[k]) merge = false;
+      if (merge) {
+        md.back() *= nd[k];
+        for (size_t a = 0; a < acc.size(); ++a) ms[a].back() = ns[a][k];
+      } else {
+        md.push_back(nd[k]);
+        for (size_t a = 0; a < acc.size(); ++a) ms[a].push_back(ns[a][k]);
+      }
+    }
+    dims = md;
+    for (size_t a = 0; a < acc.size(); ++a) acc[a].strides = ms[a];
+  }
+  const size_t rank = dims.size();
+  const int64_t inner = dims.back();
+  int64_t rows = 1;
+  for (size_t k = 0; k + 1 < rank; ++k) rows *= dims[k];
+  // One long dimension: split it into chunks so the loop can run in parallel.
+  const bool chunked = kind == StageKind::Loop && rank == 1 && inner > 16384;
+  const int64_t chunk = 8192;
+
+  std::ostringstream body;
+  auto ptr_type = [](bool is_bool, bool out) { return std::string(out ? "float*" : (is_bool ? "const bool*" : "const float*")); };
+  body << "  const void* const* p = static_cast<const void* const*>(ctx);\n";
+  std::set<int> declared;
+  for (size_t a = 0; a < acc.size(); ++a) {
+    if (acc[a].arg < 0 || !declared.insert(acc[a].arg).second) continue;
+    const bool out = a >= nleaf;
+    body << "  " << ptr_type(acc[a].is_bool, out) << " __restrict A" << acc[a].arg << " = static_cast<"
+         << ptr_type(acc[a].is_bool, out) << ">(" << (out ? "const_cast<void*>(p[" : "p[") << acc[a].arg
+         << (out ? "])" : "]") << ");\n";
+  }
+  // Per row: the base pointer of every access.
+  auto row_bases = [&](const std::string& row, const std::string& indent) {
+    std::ostringstream os;
+    os << indent << "int64_t q_ = " << row << ";\n";
+    for (int64_t k = static_cast<int64_t>(rank) - 2; k >= 0; --k) {
+      if (k > 0)
+        os << indent << "const int64_t c" << k << " = q_ % " << dims[k] << "; q_ /= " << dims[k] << ";\n";
+      else
+        os << indent << "const int64_t c0 = q_;\n";
+    }
+    os << indent << "(void)q_;\n";
+    for (size_t a = 0; a < acc.size(); ++a) {
+      if (acc[a].arg < 0) continue;
+      os << indent << "auto* __restrict B" << a << " = A" << acc[a].arg << " + (" << acc[a].offset;
+      for (size_t k = 0; k + 1 < rank; ++k)
+        if (acc[a].strides[k]) os << " + c" << k << " * " << acc[a].strides[k];
+      os << ");\n";
+    }
+    return os.str();
+  };
+  auto elem = [&](size_t a) {
+    const int64_t s = acc[a].strides.back();
+    if (acc[a].arg < 0) return std::string("d_[j]");
+    if (s == 0) return "B" + std::to_string(a) + "[0]";
+    if (s == 1) return "B" + std::to_string(a) + "[j]";
+    return "B" + std::to_string(a) + "[j * " + std::to_string(s) + "]";
+  };
+  // The element computation, shared by every stage kind.
+  std::ostringstream inner_body;
+  std::map<int, std::string> name;
+  for (int e : expr_order) {
+    const Expr& ex = b.exprs[e];
+    std::string v = "v" + std::to_string(e);
+    if (ex.kind == Expr::Kind::Literal) {
+      name[e] = float_literal(ex.literal);
+      continue;
+    }
+    if (ex.kind == Expr::Kind::Leaf) {
+      size_t a = std::find(leaf_order.begin(), leaf_order.end(), e) - leaf_order.begin();
+      inner_body << "      const " << (ex.is_bool ? "bool " : "float ") << v << " = " << elem(a) << ";\n";
+    } else {
+      std::vector<std::string> ops;
+      for (int k : ex.kids) ops.push_back(k < 0 ? std::string() : name.at(k));
+      inner_body << "      const float " << v << " = " << emit_elementwise(g, g.node(ex.node), ops) << ";\n";
+    }
+    name[e] = v;
+  }
+  std::ostringstream stores;
+  if (kind == StageKind::Loop)
+    for (size_t o = 0; o < nouts; ++o) stores << "      " << elem(nleaf + o) << " = " << name.at(roots[o]) << ";\n";
+  else
+    stores << "      d_[j] = " << name.at(roots[0]) << ";\n";
+
+  std::ostringstream fn;
+  if (kind == StageKind::Loop) {
+    fn << "static void FN_body(const void* ctx, int64_t r0_, int64_t r1_) {\n" << body.str();
+    fn << "  for (int64_t r_ = r0_; r_ < r1_; ++r_) {\n";
+    if (chunked) {
+      fn << "    const int64_t base_ = r_ * " << chunk << ";\n";
+      fn << "    const int64_t n_ = " << inner << " - base_ < " << chunk << " ? " << inner << " - base_ : " << chunk << ";\n";
+      for (size_t a = 0; a < acc.size(); ++a)
+        fn << "    auto* __restrict B" << a << " = A" << acc[a].arg << " + (" << acc[a].offset << " + base_ * "
+           << acc[a].strides[0] << ");\n";
+    } else {
+      fn << row_bases("r_", "    ");
+      fn << "    const int64_t n_ = " << inner << ";\n";
+    }
+    fn << "#pragma GCC ivdep\n    for (int64_t j = 0; j < n_; ++j) {\n" << inner_body.str() << stores.str() << "    }\n  }\n}\n";
+    const int64_t nrows = chunked ? (inner + chunk - 1) / chunk : rows;
+    const int64_t per_row = chunked ? chunk : inner;
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(per_row, 1));
+    fn << "extern \"C\" void FN(const void* const* args, const dnnf_parallel* par) {\n"
+       << "  par->parallel_for(par->pool, " << nrows << ", " << grain << ", FN_body, args);\n}\n";
+  } else {
+    fn << "extern \"C\" void FN(const void* ctx, float* data, int64_t start, int64_t count) {\n" << body.str();
+    fn << "  int64_t i_ = start;\n  const int64_t end_ = start + count;\n  while (i_ < end_) {\n";
+    fn << "    const int64_t row_ = i_ / " << inner << ", j0_ = i_ - row_ * " << inner << ";\n";
+    fn << "    const int64_t n_ = " << inner << " - j0_ < end_ - i_ ? " << inner << " - j0_ : end_ - i_;\n";
+    fn << row_bases("row_", "    ");
+    for (size_t a = 0; a < acc.size(); ++a)
+      if (acc[a].arg >= 0) fn << "    B" << a << " += j0_ * " << acc[a].strides.back() << ";\n";
+    fn << "    float* __restrict d_ = data + (i_ - start);\n";
+    fn << "#pragma GCC ivdep\n    for (int64_t j = 0; j < n_; ++j) {\n" << inner_body.str() << stores.str() << "    }\n";
+    fn << "    i_ += n_;\n  }\n}\n";
+  }
+  std::string text = fn.str();
+  // Identical functions (same shapes, same ops: e.g. the layers of a transformer) are emitted once.
+  char hname[32];
+  std::snprintf(hname, sizeof hname, "dnnf_%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  std::string out;
+  for (size_t pos = 0;;) {
+    size_t f = text.find("FN", pos);
+    if (f == std::string::npos) {
+      out += text.substr(pos);
+      break;
+    }
+    out += text.substr(pos, f - pos) + hname;
+    pos = f + 2;
+  }
+  functions.emplace(hname, out);
+  return hname;
+}
+
+bool is_f32(const Graph& g, int v) { return v >= 0 && g.value(v).dtype == DType::Float32; }
+
+}  // namespace
+
+bool can_fuse(const Graph& g, int id) {
+  const Node& n = g.node(id);
+  const ecg::OpInfo* info = n.info ? n.info : ecg::find_op(n.op);
+  if (!info) return false;
+  if (is_index_op(n.op)) {
+    if (n.outputs.size() != 1 || !is_f32(g, n.outputs[0]) || !is_f32(g, n.inputs[0])) return false;
+    return true;
+  }
+  if (info->mapping == MappingType::ManyToMany) {
+    const runtime::OpKernel* k = runtime::find_kernel(n.op);
+    if (!k || !runtime::check_node(g, n).empty()) return false;
+    return is_f32(g, n.outputs[0]);
+  }
+  return inline_op_support(g, n).empty();
+}
+
+int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
+  results_.push_back(std::make_unique<CodegenResult>());
+  CodegenResult& res = *results_.back();
+  std::map<std::string, std::string>& functions = functions_;
+  std::vector<std::function<void(const JitModule&)>>& resolvers = resolvers_;
+  runtime::Program& prog = res.program;
+  prog.blocks = static_cast<int>(plan.blocks.size());
+  const size_t nv = g.values().size();
+
+  for (size_t bi = 0; bi < plan.blocks.size(); ++bi) {
+    const fusion::Block& blk = plan.blocks[bi];
+    BlockReport rep;
+    rep.block = static_cast<int>(bi);
+    rep.nodes = blk.nodes;
+    rep.type = ecg::mapping_type_name(blk.type);
+    rep.dominant = blk.dominant;
+    if (blk.nodes.size() == 1) {
+      runtime::Step s;
+      s.node = blk.nodes[0];
+      s.block = static_cast<int>(bi);
+      s.label = "block " + std::to_string(bi) + ": " + g.node(s.node).op;
+      prog.steps.push_back(std::move(s));
+      rep.steps.push_back("kernel");
+      res.blocks.push_back(std::move(rep));
+      continue;
+    }
+    std::vector<char> in_block(g.nodes().size(), 0);
+    for (int n : blk.nodes) in_block[n] = 1;
+    auto produced_in_block = [&](int v) { return v >= 0 && g.value(v).producer >= 0 && in_block[g.value(v).producer]; };
+    std::set<int> mat;
+    for (int n : blk.nodes)
+      for (int v : g.node(n).outputs) {
+        const auto& val = g.value(v);
+        bool external = val.is_output;
+        for (int u : val.users)
+          if (!in_block[u]) external = true;
+        if (external) mat.insert(v);
+      }
+    const int d = blk.dominant;
+    const runtime::OpKernel* dk = d >= 0 ? runtime::find_kernel(g.node(d).op) : nullptr;
+    std::vector<char> pre(g.nodes().size(), 0);  // in-block ancestors of the dominant op
+    int prologue_value = -1;
+    if (d >= 0) {
+      std::vector<int> stack(g.node(d).inputs.begin(), g.node(d).inputs.end());
+      while (!stack.empty()) {
+        int v = stack.back();
+        stack.pop_back();
+        if (!produced_in_block(v) || pre[g.value(v).producer]) continue;
+        pre[g.value(v).producer] = 1;
+        for (int in : g.node(g.value(v).producer).inputs) stack.push_back(in);
+      }
+      const Node& dn = g.node(d);
+      for (size_t i = 0; i < dn.inputs.size(); ++i) {
+        int v = dn.inputs[i];
+        if (!produced_in_block(v)) continue;
+        if (i == 0 && dk->prologue_hook && is_f32(g, v) && !mat.count(v) &&
+            std::count(dn.inputs.begin(), dn.inputs.end(), v) == 1)
+          prologue_value = v;
+        else if (!(dk->strided_inputs >> i & 1u))
+          mat.insert(v);
+        // else: read through index arithmetic if the value is a pure view (decided below)
+      }
+    }
+    const int d_out = d >= 0 ? g.node(d).outputs[0] : -1;
+    std::vector<runtime::Step> steps;
+    std::vector<runtime::Alias> aliases;
+    int epilogue_target = -1;
+    for (int attempt = 0;; ++attempt) {
+      DNNF_CHECK(attempt <= static_cast<int>(nv), "code generation for block ", bi, " does not converge");
+      steps.clear();
+      aliases.clear();
+      epilogue_target = -1;
+      const size_t step_base = prog.steps.size();
+      try {
+        std::vector<int> order(mat.begin(), mat.end());
+        std::sort(order.begin(), order.end(), [&](int a, int b) {
+          int pa = g.value(a).producer, pb = g.value(b).producer;
+          return pa != pb ? pa < pb : a < b;
+        });
+        auto leaf_pred = [&](int top) {
+          return [&, top](int v) {
+            if (!produced_in_block(v)) return true;
+            if (g.value(v).producer == d) return true;
+            return v != top && mat.count(v) > 0;
+          };
+        };
+        // Loop stage (or alias) for one materialized value.
+        auto emit_value = [&](int v) {
+          ExprBuilder b(g, leaf_pred(v));
+          int e = b.of_value(v);
+          const Expr& ex = b.exprs[e];
+          if (ex.kind == Expr::Kind::Leaf && !g.value(v).is_output && b.leaves[ex.leaf].view.is_contiguous()) {
+            const Leaf& l = b.leaves[ex.leaf];
+            aliases.push_back(runtime::Alias{v, l.value, l.view.offset * static_cast<int64_t>(dtype_size(g.value(v).dtype)),
+                                             static_cast<int>(step_base + steps.size()) - 1});
+            rep.steps.push_back("alias");
+            return;
+          }
+          ArgTable args;
+          std::string fname = emit_function(StageKind::Loop, g, b, {e}, {v}, g.value(v).shape, -1, args, functions);
+          runtime::Step s;
+          s.kind = runtime::Step::Kind::Generated;
+          s.args = args.values;
+          s.reads.assign(args.values.begin(), args.values.end() - 1);
+          s.writes = {v};
+          s.block = static_cast<int>(bi);
+          s.label = "block " + std::to_string(bi) + " loop " + fname;
+          const size_t idx = steps.size();
+          resolvers.push_back(nullptr);  // placeholder replaced below
+          steps.push_back(std::move(s));
+          rep.steps.push_back("loop");
+          const std::string fn_name = fname;
+          const size_t global = step_base + idx;
+          resolvers.back() = [&prog, global, fn_name](const JitModule& m) {
+            prog.steps[global].fn = reinterpret_cast<runtime::GeneratedFn>(m.symbol(fn_name));
+          };
+        };
+        rep.steps.clear();
+        const size_t resolver_base = resolvers.size();
+        try {
+          // 1. values before the dominant op
+          for (int v : order)
+            if (d >= 0 && pre[g.value(v).producer]) emit_value(v);
+          // 2. the dominant op with its hooks
+          if (d >= 0) {
+            std::vector<int> post;
+            for (int v : order)
+              if (!pre[g.value(v).producer] && g.value(v).producer != d) post.push_back(v);
+            if (dk->epilogue_hook && is_f32(g, d_out) && !mat.count(d_out)) {
+              int candidates = 0, target = -1;
+              bool ok = true;
+              for (int v : post) {
+                ExprBuilder b(g, leaf_pred(v));
+                int e = b.of_value(v);
+                if (!b.references(e, d_out)) continue;
+                ++candidates;
+                target = v;
+                // In place: the target must list d_out's elements in d_out's own order (a reshape of
+                // it at most), so element i of the kernel's output becomes element i of the target.
+                if (g.value(v).numel() != g.value(d_out).numel() || g.value(v).dtype != DType::Float32) ok = false;
+                for (const Leaf& l : b.leaves)
+                  if (l.value == d_out && !(l.view == StridedView::contiguous(g.value(v).shape))) ok = false;
+              }
+              if (candidates == 1 && ok) epilogue_target = target;
+            }
+            if (epilogue_target < 0 && !mat.count(d_out)) throw NeedMaterialize{d_out};
+            runtime::Step s;
+            s.node = d;
+            s.block = static_cast<int>(bi);
+            s.label = "block " + std::to_string(bi) + ": " + g.node(d).op;
+            ArgTable args;
+            std::string pro_name, epi_name;
+            if (prologue_value >= 0) {
+              ExprBuilder b(g, leaf_pred(prologue_value));
+              int e = b.of_value(prologue_value);
+              pro_name = emit_function(StageKind::Prologue, g, b, {e}, {}, g.value(prologue_value).shape, -1, args, functions);
+            }
+            if (epilogue_target >= 0) {
+              ExprBuilder b(g, leaf_pred(epilogue_target));
+              int e = b.of_value(epilogue_target);
+              epi_name = emit_function(StageKind::Epilogue, g, b, {e}, {}, g.value(epilogue_target).shape, d_out, args, functions);
+            }
+            s.args = args.values;
+            // Operands that are data movement of a materialized value: the kernel reads them strided.
+            const Node& dn = g.node(d);
+            for (size_t i = 0; i < dn.inputs.size(); ++i) {
+              const int v = dn.inputs[i];
+              if (!produced_in_block(v) || v == prologue_value || mat.count(v)) continue;
+              ExprBuilder b(g, leaf_pred(v));
+              int e = b.of_value(v);
+              const Expr& ex = b.exprs[e];
+              if (ex.kind != Expr::Kind::Leaf) throw NeedMaterialize{v};
+              const Leaf& l = b.leaves[ex.leaf];
+              s.input_views.push_back(runtime::Step::InputView{static_cast<int>(i), l.value, l.view.strides, l.view.offset});
+              s.reads.push_back(l.value);
+            }
+            for (int in : dn.inputs)
+              if (in >= 0 && in != prologue_value && (!produced_in_block(in) || mat.count(in))) s.reads.push_back(in);
+            for (int a : args.values) s.reads.push_back(a);
+            for (size_t slot = 0; slot < g.node(d).outputs.size(); ++slot)
+              s.writes.push_back(slot == 0 && epilogue_target >= 0 ? epilogue_target : g.node(d).outputs[slot]);
+            const size_t global = step_base + steps.size();
+            steps.push_back(std::move(s));
+            if (epilogue_target >= 0)
+              aliases.push_back(runtime::Alias{d_out, epilogue_target, 0, static_cast<int>(global)});
+            rep.steps.push_back(std::string(prologue_value >= 0 ? "prologue+" : "") + "kernel" + (epilogue_target >= 0 ? "+epilogue" : ""));
+            resolvers.push_back([&prog, global, pro_name, epi_name](const JitModule& m) {
+              if (!pro_name.empty()) prog.steps[global].prologue = reinterpret_cast<runtime::HookFn>(m.symbol(pro_name));
+              if (!epi_name.empty()) prog.steps[global].epilogue = reinterpret_cast<runtime::HookFn>(m.symbol(epi_name));
+            });
+            // 3. values after it
+            for (int v : post)
+              if (v != epilogue_target) emit_value(v);
+          } else {
+            for (int v : order) emit_value(v);
+          }
+        } catch (...) {
+          resolvers.resize(resolver_base);
+          throw;
+        }
+      } catch (const NeedMaterialize& m) {
+        DNNF_CHECK(!mat.count(m.value), "code generation for block ", bi, " needs value ", m.value, " twice");
+        mat.insert(m.value);
+        continue;
+      }
+      break;
+    }
+    // Report: bytes the block writes for its own use, and how each in-block edge was realized.
+    for (int v : mat) {
+      bool internal = !g.value(v).is_output;
+      for (int u : g.value(v).users)
+        if (!in_block[u]) internal = false;
+      if (internal) rep.internal_bytes += g.value(v).nbytes();
+    }
+    for (int n : blk.nodes)
+      for (int in : g.node(n).inputs) {
+        if (!produced_in_block(in)) continue;
+        const Node& p = g.node(g.value(in).producer);
+        const Node& c = g.node(n);
+        std::string rule;
+        if (in == d_out && epilogue_target >= 0) rule = "epilogue";
+        else if (mat.count(in) || in == d_out) rule = "materialized";
+        else if (n == d) rule = in == prologue_value ? "prologue" : "strided operand";
+        else if (is_index_op(c.op)) rule = "index arithmetic";
+        else rule = "inline";
+        res.edge_rules[std::string(ecg::mapping_type_name(p.info->mapping)) + " -> " + ecg::mapping_type_name(c.info->mapping) +
+                       ": " + rule]++;
+      }
+    for (auto& s : steps) prog.steps.push_back(std::move(s));
+    for (auto& a : aliases) prog.aliases.push_back(a);
+    res.blocks.push_back(std::move(rep));
+  }
+  res.functions = static_cast<int>(functions.size());  // so far; compile() sets the unit's total
+  return static_cast<int>(results_.size()) - 1;
+}
+
+void CodegenUnit::compile() {
+  if (functions_.empty()) return;
+  std::ostringstream src;
+  src << generated_prelude();
+  for (const auto& [name, text] : functions_) src << "\n" << text;
+  JitModule module = jit_compile(src.str());
+  for (auto& r : resolvers_)
+    if (r) r(module);
+  resolvers_.clear();
+  for (auto& r : results_) {
+    r->source = src.str();
+    r->module = module;
+    r->functions = static_cast<int>(functions_.size());
+    r->program.module = module.handle;
+  }
+}
+
+int m2m_input_fusible(const Graph& g, int m2m, int v) {
+  const Node& n = g.node(m2m);
+  const runtime::OpKernel* k = runtime::find_kernel(n.op);
+  if (!k || v < 0) return fusion::PlanHooks::kNo;
+  bool all_strided = true, prologue = false;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    if (n.inputs[i] != v) continue;
+    if (i == 0 && k->prologue_hook && is_f32(g, v) && std::count(n.inputs.begin(), n.inputs.end(), v) == 1) prologue = true;
+    if (!(k->strided_inputs >> i & 1u)) all_strided = false;
+  }
+  if (prologue) return fusion::PlanHooks::kPrologue;
+  return all_strided ? fusion::PlanHooks::kStrided : fusion::PlanHooks::kNo;
+}
+
+CodegenResult generate_program(const Graph& g, const fusion::Plan& plan) {
+  CodegenUnit unit;
+  unit.add(g, plan);
+  unit.compile();
+  return std::move(unit.result(0));
+}
+
+}  // namespace dnnfusion::codegen

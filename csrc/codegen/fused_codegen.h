@@ -1,0 +1,69 @@
+// Fused code generation (DNNFusion §4.4): turns a fusion plan into a runtime Program whose fused
+// blocks run generated code. Per block, a data-flow expression DAG is built from the block's
+// outputs back to its inputs; One-to-One ops become inline expressions (expr_rules), data-movement
+// ops become index arithmetic on the leaves (view_compose), common sub-expressions are computed
+// once (hash-consing), and a Many-to-Many op runs as its library kernel with the block's
+// element-wise tail as an in-register epilogue hook and its element-wise head as a prologue hook.
+// Values are written to memory only where they leave the block or where no index arithmetic
+// exists (then the block materializes them and reports it). All blocks of a graph become one C++
+// translation unit, compiled and cached by codegen/jit_compiler.
+// Precondition: the plan verifies for the graph with PlanHooks::fusible = can_fuse. Postcondition:
+// the Program computes every graph output exactly as the unfused graph would (up to float
+// reassociation inside expressions), and singleton blocks run their library kernel unchanged.
+#pragma once
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/jit_compiler.h"
+#include "ecg/graph.h"
+#include "fusion/fusion_plan.h"
+#include "runtime/program.h"
+
+namespace dnnfusion::codegen {
+
+// Whether node n may share a block: the generator has an inline rule or index arithmetic for it,
+// or it is a Many-to-Many op with a library kernel (a block's dominant op).
+bool can_fuse(const ecg::Graph& g, int n);
+// How Many-to-Many node m2m can consume its input value v inside a fused block without v being
+// written to memory (fusion::PlanHooks::InputFusion): kPrologue if v feeds input 0 of a kernel with
+// a prologue hook, kStrided if every input slot v feeds is read strided by the kernel, else kNo.
+int m2m_input_fusible(const ecg::Graph& g, int m2m, int v);
+
+struct BlockReport {
+  int block = -1;
+  std::vector<int> nodes;
+  std::string type;              // the block's mapping type
+  int dominant = -1;             // node id or -1
+  std::vector<std::string> steps;  // "loop", "prologue+kernel+epilogue", "kernel", "alias"...
+  int64_t internal_bytes = 0;    // bytes the block materializes for its own use (not block outputs)
+};
+
+struct CodegenResult {
+  runtime::Program program;
+  std::string source;            // the translation unit ("" if nothing needed generating)
+  JitModule module;
+  int functions = 0;             // distinct generated functions
+  std::vector<BlockReport> blocks;
+  std::map<std::string, int> edge_rules;  // "One-to-One->Many-to-Many: prologue" -> count
+};
+
+// Generates the programs of several graphs into one translation unit (one compiler call): add()
+// lowers a graph's plan, compile() builds the unit and binds every program to it.
+class CodegenUnit {
+ public:
+  int add(const ecg::Graph& g, const fusion::Plan& plan);
+  void compile();
+  CodegenResult& result(int i) { return *results_.at(static_cast<size_t>(i)); }
+
+ private:
+  std::map<std::string, std::string> functions_;
+  std::vector<std::unique_ptr<CodegenResult>> results_;
+  std::vector<std::function<void(const JitModule&)>> resolvers_;
+};
+
+CodegenResult generate_program(const ecg::Graph& g, const fusion::Plan& plan);
+
+}  // namespace dnnfusion::codegen

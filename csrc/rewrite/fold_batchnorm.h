@@ -1,0 +1,21 @@
+// Folds inference batch norm into the convolution (or addmm/mm) that feeds it:
+//   y = γ (conv(x, W) + b − μ) / √(σ² + ε) + β  =  conv(x, W·s, (b − μ)·s + β),  s = γ / √(σ² + ε)
+// with s applied per output channel (dim 0 of a conv weight, the columns of an mm weight). The new
+// weight and bias are emitted as weight-only ECG nodes (add/sqrt/div/mul/sub/view over the
+// original tensors), so fold_constants computes them; nothing is evaluated here.
+//
+// Folds `_native_batch_norm_legit_no_training` when: its output 0 is the only one used; its input
+// is output 0 of a non-transposed convolution, or of an mm / addmm (alpha = beta = 1) on a rank-2
+// input (BatchNorm1d after linear), used by nothing else; the weight, every BN parameter and the
+// bias are compile-time; everything is float32. Any other BN stays (it is a One-to-One op).
+// Precondition: the graph verifies. Postcondition: the graph verifies and computes the same
+// values up to fp32 rounding; run fold_constants afterwards to evaluate the new weights.
+#pragma once
+#include "ecg/graph.h"
+
+namespace dnnfusion::rewrite {
+
+// `folded` (optional) receives the number of batch norms folded.
+ecg::Graph fold_batchnorm(const ecg::Graph& g, int* folded = nullptr);
+
+}  // namespace dnnfusion::rewrite

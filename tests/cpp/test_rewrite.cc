@@ -1,0 +1,321 @@
+// Rewriting passes other than the math rules: the graph-editing utility, batch-norm folding,
+// no-op removal and common-subexpression elimination — IR in / IR out, and equivalence.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "ecg/verifier.h"
+#include "rewrite/eliminate_common_subexpressions.h"
+#include "rewrite/fold_batchnorm.h"
+#include "rewrite/graph_edit.h"
+#include "rewrite/remove_noops.h"
+#include "rewrite_test_util.h"
+
+using namespace dnnfusion;
+using namespace dnnfusion::rewrite;
+using namespace dnnfusion::rewrite_test;
+
+namespace {
+
+std::vector<std::string> ops_of(const Graph& g) {
+  std::vector<std::string> r;
+  for (const auto& n : g.nodes()) r.push_back(n.op);
+  return r;
+}
+
+void expect_equivalent(const Graph& before, const Graph& after, std::mt19937_64& rng, float lo = -2.f, float hi = 2.f) {
+  for (int trial = 0; trial < 2; ++trial) {
+    Buffers in = random_inputs(before, rng, lo, hi);
+    EXPECT_TRUE(outputs_close(before, run_graph(before, in), run_graph(fold(after), in)))
+        << "before:\n" << before.dump() << "after:\n" << after.dump();
+  }
+}
+
+}  // namespace
+
+// ---------------- graph_edit ----------------
+TEST(RewriteGraphEdit, RebuildKeepsInputsOutputsAndSharesLeafData) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({2, 3}), y = b.input({3});
+  int w = b.weight({3});
+  int c = b.cst(2.f);
+  int dead = b.un("exp", x);  // unused
+  int r = b.bin("mul", b.bin("add", x, w), c);
+  b.out({r, b.un("relu", y)});
+  (void)dead;
+  int removed = -1;
+  Graph g = remove_dead_nodes(b.g, &removed);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  EXPECT_EQ(removed, 1);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"add", "mul", "relu"}));
+  ASSERT_EQ(g.inputs().size(), 2u);
+  EXPECT_EQ(g.value(g.inputs()[0]).name, "x0");
+  EXPECT_EQ(g.value(g.inputs()[1]).name, "x1");
+  EXPECT_EQ(g.value(g.inputs()[1]).shape, Shape{3});
+  // The weight keeps the caller's pointer; the constant shares the original graph's bytes.
+  const auto& add = g.nodes()[0];
+  const auto& mul = g.nodes()[1];
+  EXPECT_EQ(g.value(add.inputs[1]).data, b.g.value(w).data);
+  EXPECT_EQ(g.value(mul.inputs[1]).owned.get(), b.g.value(c).owned.get());
+  EXPECT_EQ(g.value(mul.inputs[1]).shape, Shape{});
+  std::mt19937_64 r2(dnnfusion::testing::test_seed());
+  expect_equivalent(b.g, g, r2);
+}
+
+TEST(RewriteGraphEdit, CompileTimeValuesFollowWeightOnlyChains) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({3});
+  int w = b.weight({3});
+  int tw = b.un("neg", w);                                   // weight-only
+  int ar = b.node("arange", {}, {3}, {{"start", int64_t{0}}, {"step", int64_t{1}}});  // no operand
+  int s = b.bin("add", tw, ar);                              // still weight-only
+  int a = b.bin("mul", x, s);                                // activation
+  b.out({a});
+  auto c = compile_time_values(b.g);
+  EXPECT_TRUE(c[w] && c[tw] && c[ar] && c[s]);
+  EXPECT_FALSE(c[x] || c[a]);
+  EXPECT_EQ(broadcast_shapes({4, 1, 3}, {5, 1}), (Shape{4, 5, 3}));
+  EXPECT_THROW(broadcast_shapes({2, 3}, {4}), Error);
+  EXPECT_TRUE(broadcasts_to({3, 1}, {2, 3, 4}));
+  EXPECT_FALSE(broadcasts_to({2, 3, 4}, {3, 4}));
+}
+
+// ---------------- fold_batchnorm ----------------
+TEST(RewriteFoldBatchnorm, ConvBatchNormBecomesOneConv) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  SCOPED_TRACE(dnnfusion::testing::seed_note());
+  for (bool conv_bias : {true, false})
+    for (bool affine : {true, false}) {
+      GraphBuilder b(rng);
+      int x = b.input({2, 3, 7, 7});
+      int c = b.conv(x, b.weight({4, 3, 3, 3}), conv_bias ? b.weight({4}) : -1, 2, 1);
+      int bn = b.batch_norm(c, affine);
+      b.out({b.un("relu", bn), bn});  // the BN result is also a graph output
+      int folded = -1;
+      Graph g = fold_batchnorm(b.g, &folded);
+      ASSERT_NO_THROW(ecg::verify_graph(g));
+      EXPECT_EQ(folded, 1);
+      EXPECT_EQ(count_op(g, "_native_batch_norm_legit_no_training"), 0);
+      EXPECT_EQ(count_op(g, "convolution"), 1);
+      // The new weights are weight-only nodes: constant folding leaves conv + relu.
+      Graph f = fold(g);
+      EXPECT_EQ(ops_of(f), (std::vector<std::string>{"convolution", "relu"})) << f.dump();
+      const auto& conv = f.nodes()[0];
+      EXPECT_EQ(f.value(conv.inputs[1]).kind, ecg::ValueKind::Constant);
+      ASSERT_GE(conv.inputs[2], 0);  // a bias appears even when the conv had none
+      EXPECT_EQ(f.value(conv.inputs[2]).shape, Shape{4});
+      expect_equivalent(b.g, g, rng);
+    }
+}
+
+TEST(RewriteFoldBatchnorm, LinearBatchNorm1dFoldsIntoAddmm) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  for (bool bias : {true, false}) {
+    GraphBuilder b(rng);
+    int x = b.input({5, 6});
+    int y = bias ? b.addmm(b.weight({4}), x, b.weight({6, 4})) : b.mm(x, b.weight({6, 4}));
+    b.out({b.batch_norm(y)});
+    int folded = 0;
+    Graph g = fold_batchnorm(b.g, &folded);
+    EXPECT_EQ(folded, 1);
+    Graph f = fold(g);
+    EXPECT_EQ(ops_of(f), (std::vector<std::string>{"addmm"})) << f.dump();
+    expect_equivalent(b.g, g, rng);
+  }
+}
+
+TEST(RewriteFoldBatchnorm, BatchNormsThatCannotFoldStay) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  auto folds = [&](const std::function<void(GraphBuilder&)>& build) {
+    GraphBuilder b(rng);
+    build(b);
+    int folded = -1;
+    Graph g = fold_batchnorm(b.g, &folded);
+    EXPECT_NO_THROW(ecg::verify_graph(g));
+    EXPECT_EQ(count_op(g, "_native_batch_norm_legit_no_training"), folded ? 0 : 1);
+    expect_equivalent(b.g, g, rng);
+    return folded;
+  };
+  // Not after a conv: a One-to-One op that stays.
+  EXPECT_EQ(folds([](GraphBuilder& b) { b.out({b.batch_norm(b.un("relu", b.input({2, 3, 4, 4})))}); }), 0);
+  // The conv result is used elsewhere too.
+  EXPECT_EQ(folds([](GraphBuilder& b) {
+    int c = b.conv(b.input({1, 3, 5, 5}), b.weight({4, 3, 3, 3}), -1);
+    b.out({b.batch_norm(c), b.un("relu", c)});
+  }), 0);
+  // The conv weight is an activation (not known at compile time).
+  EXPECT_EQ(folds([](GraphBuilder& b) {
+    int c = b.conv(b.input({1, 3, 5, 5}), b.input({4, 3, 3, 3}), -1);
+    b.out({b.batch_norm(c)});
+  }), 0);
+  // Running statistics that are activations.
+  EXPECT_EQ(folds([](GraphBuilder& b) {
+    int c = b.conv(b.input({1, 3, 5, 5}), b.weight({4, 3, 3, 3}), -1);
+    int var = b.un("exp", b.input({4}));
+    int n = b.g.add_node("_native_batch_norm_legit_no_training", {c, -1, -1, b.weight({4}), var},
+                         {{{1, 4, 3, 3}, DType::Float32}, {{0}, DType::Float32}, {{0}, DType::Float32}},
+                         {{"momentum", 0.1}, {"eps", 1e-5}});
+    b.out({b.g.node(n).outputs[0]});
+  }), 0);
+  // And the positive case through the same helper, so the helper itself can tell the two apart.
+  EXPECT_EQ(folds([](GraphBuilder& b) {
+    b.out({b.batch_norm(b.conv(b.input({1, 3, 5, 5}), b.weight({4, 3, 3, 3}), -1))});
+  }), 1);
+}
+
+// ---------------- remove_noops ----------------
+TEST(RewriteRemoveNoops, RemovesIdentityOpsAndKeepsValues) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  const Shape s = {2, 3, 4};
+  int x = b.input(s);
+  int v = b.un("clone", x);
+  v = b.un("contiguous", v);
+  v = b.view(v, s);
+  v = b.bin("mul", v, b.cst(1.f));
+  v = b.bin("add", b.weight_data({4}, {0, 0, 0, 0}), v);
+  v = b.un("relu", v);
+  v = b.bin("div", v, b.weight_data({1, 1}, {1}));
+  v = b.bin("sub", v, b.cst(0.f));
+  v = b.expand(v, s);
+  v = b.node("slice", {v}, s, {{"dim", int64_t{1}}, {"start", int64_t{0}}, {"end", int64_t{INT64_MAX}}, {"step", int64_t{1}}});
+  v = b.permute(v, {0, 1, 2});
+  v = b.transpose(v, 1, 1);
+  v = b.node("_to_copy", {v}, s, {{"dtype", std::string("float32")}});
+  v = b.node("alias", {v}, s);
+  b.out({v});
+  int removed = -1;
+  Graph g = remove_noops(b.g, &removed);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"relu"})) << g.dump();
+  EXPECT_EQ(removed, 13);
+  expect_equivalent(b.g, g, rng);
+  int again = -1;
+  Graph g2 = remove_noops(g, &again);
+  EXPECT_EQ(again, 0);
+  EXPECT_EQ(g2.dump(), g.dump());
+}
+
+TEST(RewriteRemoveNoops, KeepsOpsThatChangeShapeDtypeOrValues) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({4, 5});
+  int y = b.input({5});
+  std::vector<int> outs = {
+      b.view(x, {20}),
+      b.bin("mul", x, b.cst(2.f)),
+      b.bin("mul", y, b.weight_data({4, 5}, std::vector<float>(20, 1.f))),  // broadcasting grows y
+      b.node("_to_copy", {x}, {4, 5}, {{"dtype", std::string("float64")}}, DType::Float64),
+      b.node("add", {b.cst(0.f), x}, {4, 5}, {{"alpha", int64_t{2}}}),  // 0 + 2x
+      b.node("slice", {x}, {2, 5}, {{"dim", int64_t{0}}, {"start", int64_t{0}}, {"end", int64_t{4}}, {"step", int64_t{2}}}),
+      b.permute(x, {1, 0}),
+      b.bin("div", b.cst(1.f), x),
+      b.bin("sub", b.cst(0.f), x),
+  };
+  b.out(outs);
+  int removed = -1;
+  Graph g = remove_noops(b.g, &removed);
+  EXPECT_EQ(removed, 0) << g.dump();
+  EXPECT_EQ(g.nodes().size(), b.g.nodes().size());
+  expect_equivalent(b.g, g, rng);
+}
+
+TEST(RewriteRemoveNoops, OutputsNeverAliasInputsOrEachOther) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({3, 4});
+  int r = b.un("relu", x);
+  int c1 = b.un("clone", r), c2 = b.un("clone", r);
+  int cx = b.un("clone", x);           // would alias the input
+  int cr = b.un("contiguous", c1);     // would alias output c1... which itself may vanish
+  b.out({c1, c2, cx, cr, r});
+  Graph g = remove_noops(b.g);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  // r is an output itself, so every clone/contiguous of it must stay distinct, and clone(x) stays.
+  EXPECT_EQ(count_op(g, "relu"), 1);
+  EXPECT_EQ(count_op(g, "clone") + count_op(g, "contiguous"), 4) << g.dump();
+  std::set<int> distinct(g.outputs().begin(), g.outputs().end());
+  EXPECT_EQ(distinct.size(), 5u);
+  expect_equivalent(b.g, g, rng);
+  // Without r among the outputs one of the clones may take r's place, the others stay.
+  GraphBuilder b2(rng);
+  int x2 = b2.input({3, 4});
+  int r2 = b2.un("relu", x2);
+  b2.out({b2.un("clone", r2), b2.un("clone", r2)});
+  int removed = 0;
+  Graph g2 = remove_noops(b2.g, &removed);
+  EXPECT_EQ(removed, 1);
+  EXPECT_EQ(ops_of(g2), (std::vector<std::string>{"relu", "clone"}));
+  expect_equivalent(b2.g, g2, rng);
+}
+
+// ---------------- eliminate_common_subexpressions ----------------
+TEST(RewriteCse, MergesDuplicatesTransitivelyInOneSweep) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({3, 4}), y = b.input({3, 4});
+  int e1 = b.un("exp", b.un("relu", x)), e2 = b.un("exp", b.un("relu", x));  // chains merge
+  int a1 = b.bin("add", x, y), a2 = b.bin("add", y, x);                     // commutative
+  int s1 = b.bin("sub", x, y), s2 = b.bin("sub", y, x);                     // not commutative
+  int m1 = b.bin("mul", x, b.cst(2.f)), m2 = b.bin("mul", x, b.cst(2.f));   // equal scalar constants
+  int m3 = b.bin("mul", x, b.cst(3.f));
+  int l1 = b.un("leaky_relu", x, {{"negative_slope", 0.1}}), l2 = b.un("leaky_relu", x, {{"negative_slope", 0.2}});
+  int t1 = b.bin("add", b.bin("add", e1, a1), b.bin("add", e2, a2));
+  int t2 = b.bin("add", b.bin("add", s1, s2), b.bin("add", b.bin("add", m1, m2), m3));
+  b.out({t1, t2, b.bin("add", l1, l2)});
+  int merged = -1;
+  Graph g = eliminate_common_subexpressions(b.g, &merged);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  // relu, exp, add(x,y), mul(x,2) merged once each; then add(e, a) twice -> once.
+  EXPECT_EQ(merged, 5) << g.dump();
+  EXPECT_EQ(count_op(g, "relu"), 1);
+  EXPECT_EQ(count_op(g, "exp"), 1);
+  EXPECT_EQ(count_op(g, "sub"), 2);
+  EXPECT_EQ(count_op(g, "mul"), 2);
+  EXPECT_EQ(count_op(g, "leaky_relu"), 2);
+  expect_equivalent(b.g, g, rng);
+  int again = -1;
+  Graph g2 = eliminate_common_subexpressions(g, &again);
+  EXPECT_EQ(again, 0);
+  EXPECT_EQ(g2.dump(), g.dump());
+}
+
+TEST(RewriteCse, MultiOutputNodesWeightsAndOutputs) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({1, 2, 4, 4});
+  int p1 = b.maxpool(x, 2, 2), p2 = b.maxpool(x, 2, 2);
+  int i1 = b.g.node(b.g.value(p1).producer).outputs[1];
+  int i2 = b.g.node(b.g.value(p2).producer).outputs[1];
+  std::vector<float> wd = {0.5f, -1.f};
+  int w1 = b.g.add_weight({2, 1, 1}, DType::Float32, wd.data(), "wa");
+  int w2 = b.g.add_weight({2, 1, 1}, DType::Float32, wd.data(), "wb");  // same storage
+  int w3 = b.weight_data({2, 1, 1}, wd);                                 // same values, other storage
+  int q1 = b.bin("mul", p1, w1), q2 = b.bin("mul", p2, w2), q3 = b.bin("mul", p1, w3);
+  int r1 = b.un("relu", x), r2 = b.un("relu", x);  // both graph outputs: must stay distinct
+  b.out({b.bin("add", q1, q2), q3, i1, i2, r1, r2});
+  int merged = -1;
+  Graph g = eliminate_common_subexpressions(b.g, &merged);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  // Merging the second pool would make its indices (an output) the first pool's indices (also an
+  // output), so it stays — and so do the muls reading it. The two relus are both outputs: they stay.
+  EXPECT_EQ(count_op(g, "max_pool2d_with_indices"), 2) << g.dump();
+  EXPECT_EQ(count_op(g, "relu"), 2);
+  EXPECT_EQ(merged, 0);
+  expect_equivalent(b.g, g, rng);
+
+  // Without the indices among the outputs the pools merge, and then the muls by one weight.
+  GraphBuilder c(rng);
+  int xc = c.input({1, 2, 4, 4});
+  int pa = c.maxpool(xc, 2, 2), pb = c.maxpool(xc, 2, 2);
+  int wa = c.g.add_weight({2, 1, 1}, DType::Float32, wd.data(), "wa");
+  int wb = c.g.add_weight({2, 1, 1}, DType::Float32, wd.data(), "wb");
+  int wc = c.weight_data({2, 1, 1}, wd);
+  c.out({c.bin("add", c.bin("mul", pa, wa), c.bin("mul", pb, wb)), c.bin("mul", pa, wc)});
+  Graph h = eliminate_common_subexpressions(c.g, &merged);
+  EXPECT_EQ(merged, 2) << h.dump();
+  EXPECT_EQ(count_op(h, "max_pool2d_with_indices"), 1);
+  EXPECT_EQ(count_op(h, "mul"), 2);  // weights are merged by storage, not by value
+  expect_equivalent(c.g, h, rng);
+}
