@@ -9,7 +9,7 @@
 #include "common/error.h"
 #include "ecg/op_registry.h"
 #include "ecg/verifier.h"
-#include "codegen/pair_profiler.h"
+#include "codegen/yellow_profiler.h"
 #include "codegen/view_compose.h"
 #include "fusion/profile_db.h"
 #include "rewrite/apply_math_rules.h"
@@ -135,7 +135,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
   // Yellow cells ask the profile database; pairs it has not seen are measured in one batch (one
   // compiler run), stored, and the plan is made again with the answers.
   std::unique_ptr<fusion::ProfileDb> db;
-  std::vector<std::pair<int, int>> pending;
+  std::vector<codegen::YellowQuery> pending;
   std::vector<std::string> pending_keys;
   const std::string signature = fusion::ProfileDb::machine_signature(runtime::shared_pool(opts.threads).num_threads());
   if (opts.fusion == fusion::Mode::DnnFusion && opts.profile) {
@@ -146,13 +146,14 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       for (int v : gr.node(p).inputs)
         if (v >= 0) shapes.push_back(gr.value(v).shape);
       shapes.push_back(gr.value(gr.node(c).outputs[0]).shape);
+      codegen::YellowQuery q{block, cand};
       const std::string key = fusion::ProfileDb::make_key(signature, gr.node(p).op, gr.node(c).op, shapes,
-                                                          codegen::pair_key(gr, p, c));
+                                                          codegen::yellow_key(gr, q));
       // Fuse unless fusing measured slower (beyond a 3% noise margin): an equal-cost fusion saves a
       // launch and lets green neighbours join the block afterwards.
       if (auto e = db->lookup(key)) return e->fused_us <= 1.03 * e->separate_us;
       if (std::find(pending_keys.begin(), pending_keys.end(), key) == pending_keys.end()) {
-        pending.emplace_back(p, c);
+        pending.push_back(q);
         pending_keys.push_back(key);
       }
       return false;
@@ -161,8 +162,8 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
   run_pass("plan_fusion", [&](PassRecord& rec) {
     for (int round = 0;; ++round) {
       result.plan = fusion::plan_fusion(opts.fusion, g, hooks);
-      if (pending.empty() || round == 3) break;
-      auto timings = codegen::measure_pairs(g, pending, opts.threads);
+      if (pending.empty() || round == 8) break;
+      auto timings = codegen::measure_yellow(g, pending, opts.threads);
       for (size_t i = 0; i < pending.size(); ++i)
         db->store(pending_keys[i], fusion::ProfileDb::Entry{timings[i].fused_us, timings[i].separate_us});
       result.profiled_pairs += static_cast<int>(pending.size());

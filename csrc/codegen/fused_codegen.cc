@@ -70,6 +70,20 @@ class ExprBuilder {
     return map_rec(e, f, memo);
   }
 
+  // Leaves the expression rooted at e reads (the DAG also holds leaves of sub-expressions that
+  // data movement replaced).
+  std::vector<int> reachable_leaves(int e) const {
+    std::vector<int> out;
+    std::set<int> seen;
+    std::function<void(int)> rec = [&](int x) {
+      if (x < 0 || !seen.insert(x).second) return;
+      if (exprs[x].kind == Expr::Kind::Leaf) out.push_back(exprs[x].leaf);
+      for (int k : exprs[x].kids) rec(k);
+    };
+    rec(e);
+    return out;
+  }
+
   bool references(int e, int value) const {
     std::set<int> seen;
     std::function<bool(int)> rec = [&](int x) -> bool {
@@ -568,8 +582,10 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
                 // In place: the target must list d_out's elements in d_out's own order (a reshape of
                 // it at most), so element i of the kernel's output becomes element i of the target.
                 if (g.value(v).numel() != g.value(d_out).numel() || g.value(v).dtype != DType::Float32) ok = false;
-                for (const Leaf& l : b.leaves)
+                for (int li : b.reachable_leaves(e)) {
+                  const Leaf& l = b.leaves[li];
                   if (l.value == d_out && !(l.view == StridedView::contiguous(g.value(v).shape))) ok = false;
+                }
               }
               if (candidates == 1 && ok) epilogue_target = target;
             }

@@ -1,4 +1,4 @@
-#include "codegen/pair_profiler.h"
+#include "codegen/yellow_profiler.h"
 
 #include <algorithm>
 #include <chrono>
@@ -52,10 +52,14 @@ std::string node_sig(const Graph& g, const Node& n) {
   return os.str();
 }
 
-// The pair as a graph of its own: outside operands become inputs (weights stay weights).
-Graph pair_graph(const Graph& g, int p, int c) {
-  Graph pg;
+// Block + candidate as a graph of its own: outside operands become inputs (weights stay weights),
+// values used outside (or graph outputs) become outputs. Returns the subgraph and, per subgraph
+// node, whether it is the candidate.
+Graph sub_graph(const Graph& g, const std::vector<int>& nodes, int cand, int* cand_index) {
+  Graph sg;
   std::map<int, int> vmap;
+  std::vector<char> in_set(g.nodes().size(), 0);
+  for (int n : nodes) in_set[n] = 1;
   auto operand = [&](int v) -> int {
     if (v < 0) return -1;
     auto it = vmap.find(v);
@@ -63,39 +67,49 @@ Graph pair_graph(const Graph& g, int p, int c) {
     const ecg::Value& val = g.value(v);
     int nv;
     if (val.kind == ecg::ValueKind::Weight)
-      nv = pg.add_weight(val.shape, val.dtype, val.data, val.name);
+      nv = sg.add_weight(val.shape, val.dtype, val.data, val.name);
     else if (val.kind == ecg::ValueKind::Constant)
-      nv = pg.add_constant(val.shape, val.dtype, val.data, val.name);
+      nv = sg.add_constant(val.shape, val.dtype, val.data, val.name);
     else
-      nv = pg.add_input(val.shape, val.dtype, val.name);
+      nv = sg.add_input(val.shape, val.dtype, val.name);
     vmap[v] = nv;
     return nv;
   };
-  for (int id : {p, c}) {
-    const Node& n = g.node(id);
+  std::vector<int> outs;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = g.node(nodes[i]);
+    if (nodes[i] == cand) *cand_index = static_cast<int>(i);
     std::vector<int> ins;
     for (int v : n.inputs) ins.push_back(operand(v));
-    std::vector<ecg::OutputSpec> outs;
-    for (int v : n.outputs) outs.push_back({g.value(v).shape, g.value(v).dtype});
-    int nn = pg.add_node(n.op, ins, outs, n.attrs, n.origin);
-    for (size_t s = 0; s < n.outputs.size(); ++s) vmap[n.outputs[s]] = pg.node(nn).outputs[s];
+    std::vector<ecg::OutputSpec> os;
+    for (int v : n.outputs) os.push_back({g.value(v).shape, g.value(v).dtype});
+    int nn = sg.add_node(n.op, ins, os, n.attrs, n.origin);
+    for (size_t s = 0; s < n.outputs.size(); ++s) {
+      const int v = n.outputs[s];
+      vmap[v] = sg.node(nn).outputs[s];
+      bool external = g.value(v).is_output;
+      for (int u : g.value(v).users)
+        if (!in_set[u]) external = true;
+      if (external) outs.push_back(sg.node(nn).outputs[s]);
+    }
   }
-  pg.set_outputs({pg.node(1).outputs[0]});
-  return pg;
+  if (outs.empty()) outs.push_back(sg.node(static_cast<int>(nodes.size()) - 1).outputs[0]);
+  sg.set_outputs(outs);
+  return sg;
 }
 
-fusion::Plan pair_plan(const Graph& pg, bool fused) {
+fusion::Plan plan_of(const Graph& sg, const std::vector<std::vector<int>>& groups) {
   fusion::Plan plan;
-  if (fused) {
+  plan.block_of.assign(sg.nodes().size(), -1);
+  for (const auto& grp : groups) {
     fusion::Block b;
-    b.nodes = {0, 1};
-    for (int n : b.nodes)
-      if (pg.node(n).info->mapping == ecg::MappingType::ManyToMany) b.dominant = n;
-    b.type = b.dominant >= 0 ? ecg::MappingType::ManyToMany : pg.node(1).info->mapping;
+    b.nodes = grp;
+    for (int n : grp) {
+      plan.block_of[n] = static_cast<int>(plan.blocks.size());
+      if (sg.node(n).info->mapping == ecg::MappingType::ManyToMany) b.dominant = n;
+    }
+    b.type = b.dominant >= 0 ? ecg::MappingType::ManyToMany : sg.node(grp.back()).info->mapping;
     plan.blocks.push_back(b);
-    plan.block_of = {0, 0};
-  } else {
-    plan = fusion::plan_none(pg);
   }
   return plan;
 }
@@ -126,23 +140,43 @@ void progress(size_t done, size_t total) {
 
 }  // namespace
 
-std::string pair_key(const Graph& g, int producer, int consumer) {
-  return node_sig(g, g.node(producer)) + " => " + node_sig(g, g.node(consumer));
+std::string yellow_key(const Graph& g, const YellowQuery& q) {
+  std::string k = "+" + node_sig(g, g.node(q.candidate)) + " into";
+  for (int n : q.block) k += " " + node_sig(g, g.node(n));
+  return k;
 }
 
-std::vector<PairTiming> measure_pairs(const Graph& g, const std::vector<std::pair<int, int>>& pairs, int threads) {
-  std::vector<PairTiming> out(pairs.size());
-  if (pairs.empty()) return out;
-  progress(0, pairs.size());
+std::vector<YellowTiming> measure_yellow(const Graph& g, const std::vector<YellowQuery>& queries, int threads) {
+  std::vector<YellowTiming> out(queries.size());
+  if (queries.empty()) return out;
+  progress(0, queries.size());
   std::vector<Graph> graphs;
-  for (auto [p, c] : pairs) graphs.push_back(pair_graph(g, p, c));
   CodegenUnit unit;
-  std::vector<int> fused_idx;
-  for (const Graph& pg : graphs) fused_idx.push_back(unit.add(pg, pair_plan(pg, true)));
+  std::vector<int> fused_idx, apart_idx;
+  for (const auto& q : queries) {
+    std::vector<int> nodes = q.block;
+    nodes.push_back(q.candidate);
+    std::sort(nodes.begin(), nodes.end());
+    int ci = -1;
+    graphs.push_back(sub_graph(g, nodes, q.candidate, &ci));
+    const Graph& sg = graphs.back();
+    std::vector<int> all, rest;
+    for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+      all.push_back(i);
+      if (i != ci) rest.push_back(i);
+    }
+    // The candidate is a predecessor if the block reads it; its own block then runs first.
+    bool before = false;
+    for (int v : sg.node(ci).outputs)
+      for (int u : sg.value(v).users)
+        if (u != ci) before = true;
+    fused_idx.push_back(unit.add(sg, plan_of(sg, {all})));
+    apart_idx.push_back(unit.add(sg, before ? plan_of(sg, {{ci}, rest}) : plan_of(sg, {rest, {ci}})));
+  }
   unit.compile();
   std::mt19937 rng(12345);
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  for (size_t i = 0; i < pairs.size(); ++i) {
+  for (size_t i = 0; i < queries.size(); ++i) {
     const Graph& pg = graphs[i];
     std::vector<std::vector<uint8_t>> in_bytes;
     std::vector<const void*> in;
@@ -160,12 +194,12 @@ std::vector<PairTiming> measure_pairs(const Graph& g, const std::vector<std::pai
     for (int v : pg.outputs()) out_bytes.emplace_back(static_cast<size_t>(pg.value(v).nbytes()));
     for (auto& b : out_bytes) outs.push_back(b.data());
     runtime::Executable fused(pg, runtime::ExecOptions{threads}, std::move(unit.result(fused_idx[i]).program));
-    runtime::Executable apart(pg, runtime::ExecOptions{threads});
+    runtime::Executable apart(pg, runtime::ExecOptions{threads}, std::move(unit.result(apart_idx[i]).program));
     // Alternate the two so drift (turbo, other processes) hits both alike.
     double f1 = time_us(fused, in, outs), a1 = time_us(apart, in, outs);
     double f2 = time_us(fused, in, outs), a2 = time_us(apart, in, outs);
-    out[i] = PairTiming{std::min(f1, f2), std::min(a1, a2)};
-    progress(i + 1, pairs.size());
+    out[i] = YellowTiming{std::min(f1, f2), std::min(a1, a2)};
+    progress(i + 1, queries.size());
   }
   return out;
 }
