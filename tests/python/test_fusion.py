@@ -107,7 +107,7 @@ def test_kernel_counts_per_mode_on_zoo_models(name):
         assert k["dnnfusion"] < k["tvm"] and 4 * k["dnnfusion"] <= 3 * k["none"], k
 
 
-def test_second_process_finds_cached_kernels_and_runs_no_compiler(tmp_path):
+def test_second_process_finds_cached_kernels_and_profiles_and_runs_no_compiler(tmp_path):
     log = tmp_path / "cxx.log"
     wrapper = tmp_path / "cxx"
     wrapper.write_text(f"#!/bin/sh\necho \"$@\" >> {log}\nexec g++ \"$@\"\n")
@@ -116,7 +116,7 @@ def test_second_process_finds_cached_kernels_and_runs_no_compiler(tmp_path):
         import torch
         torch.manual_seed(0)
         m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8), torch.nn.Tanh()).eval()
-        x = torch.randn(4, 16)
+        x = torch.randn(2, 4, 16)   # 3-D: the linears come with views, i.e. yellow cells to profile
         with torch.no_grad():
             y = torch.compile(m, backend="dnnfusion")(x)
             assert torch.allclose(y, m(x), atol=1e-5)
@@ -131,6 +131,10 @@ def test_second_process_finds_cached_kernels_and_runs_no_compiler(tmp_path):
     r2 = run_py(code, env)
     assert r2.returncode == 0 and "OK" in r2.stdout, r2.stderr[-3000:]
     assert log.read_text().count("\n") == first, "the second process invoked the compiler"
+    # The profile database survived too: the first process measured, the second only looked up.
+    assert (tmp_path / "profile.db").exists()
+    assert "profiling yellow fusion cells" in r1.stderr
+    assert "profiling yellow fusion cells" not in r2.stderr
 
 
 def test_missing_compiler_is_a_clear_error_at_compile_time_not_import(tmp_path):
