@@ -63,6 +63,8 @@ def _compile_static(gm, example_inputs, opts, report):
             try:
                 return lower(aot_gm, frozen, opts, report)
             except Exception as e:  # never fail the user's model: run this graph eagerly
+                if "no C++ compiler" in str(e):  # except for a set-up problem the user must fix
+                    raise
                 _warn_once(("lower", type(e).__name__), f"dnnfusion: lowering failed ({type(e).__name__}: {e}); running eagerly")
                 report.notes.append(f"lowering failed, graph runs eagerly: {type(e).__name__}: {e}")
                 report.ops_core.clear()

@@ -193,7 +193,7 @@ def test_explain_reports_ops_kernels_and_memory():
     assert rep.coverage == 1.0
     assert rep.ops_total["aten.convolution.default"] == 1
     assert rep.ops_core["aten.addmm.default"] == 1
-    assert rep.kernels_per_call >= 5
+    assert rep.kernels_per_call >= 4  # conv (BN folded in by rewriting), relu, mean, addmm
     assert rep.peak_bytes >= 2 * 8 * 16 * 16 * 4  # at least the conv output lives in the arena
     text = str(rep)
     for needle in ("ATen ops seen", "ops run in the core", "kernels per call", "peak planned memory", "fallback ops: none"):
