@@ -78,6 +78,7 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--no-inductor", action="store_true")
+    ap.add_argument("--inductor-models", default="", help="count Inductor kernels only for these (default: all)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     machine = {"cpu": cpu_name(), "cores": os.cpu_count(), "isa": _C.isa(), "torch": torch.__version__,
@@ -89,7 +90,8 @@ def main():
         with torch.no_grad():
             ref = zoo.first_tensor(model(*inputs))
         row = {"model": name}
-        if not args.no_inductor:
+        wanted = args.inductor_models.split(",") if args.inductor_models else None
+        if not args.no_inductor and (wanted is None or name in wanted):
             row["inductor_kernels"] = inductor_kernels(model, inputs)
         torch._dynamo.reset()
         fns = {}
