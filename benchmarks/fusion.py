@@ -25,16 +25,9 @@ from tqdm import tqdm
 import dnnfusion
 from dnnfusion import _C, zoo
 from dnnfusion.report import collecting
+from latency import cpu_name  # benchmarks/ is the script directory, so on sys.path
 
 MODES = ("none", "tvm", "dnnfusion")
-
-
-def cpu_name():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "?"
 
 
 _CALL = re.compile(r"^\s+(?:buf\w*\s*=\s*)?(cpp_fused_\w+|extern_kernels\.\w+|torch\.ops\.\w+\.\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?)\(")
