@@ -91,29 +91,22 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
   };
   run_pass("fold_constants", fold);
   {  // rewriting runs in every fusion mode, so the modes differ by fusion alone
-    auto noops = [&](PassRecord& rec) {
-      int n = 0;
-      g = rewrite::remove_noops(g, &n);
-      rec.changed = n > 0;
-      rec.detail = std::to_string(n) + " no-ops removed";
-      if (n) result.rules_applied["remove no-op"] += n;
+    // A rewrite pass that reports how many nodes it changed, counted under `rule` in the report.
+    using CountingPass = ecg::Graph (*)(const ecg::Graph&, int*);
+    auto counting = [&](CountingPass pass, const char* what, const char* rule) {
+      return [&, pass, what, rule](PassRecord& rec) {
+        int n = 0;
+        g = pass(g, &n);
+        rec.changed = n > 0;
+        rec.detail = std::to_string(n) + " " + what;
+        if (n) result.rules_applied[rule] += n;
+      };
     };
-    auto cse = [&](PassRecord& rec) {
-      int n = 0;
-      g = rewrite::eliminate_common_subexpressions(g, &n);
-      rec.changed = n > 0;
-      rec.detail = std::to_string(n) + " nodes merged";
-      if (n) result.rules_applied["common subexpression"] += n;
-    };
+    const auto noops = counting(rewrite::remove_noops, "no-ops removed", "remove no-op");
+    const auto cse = counting(rewrite::eliminate_common_subexpressions, "nodes merged", "common subexpression");
     run_pass("remove_noops", noops);
     run_pass("eliminate_common_subexpressions", cse);  // first, so factoring rules see shared operands
-    run_pass("fold_batchnorm", [&](PassRecord& rec) {
-      int n = 0;
-      g = rewrite::fold_batchnorm(g, &n);
-      rec.changed = n > 0;
-      rec.detail = std::to_string(n) + " batch norms folded";
-      if (n) result.rules_applied["fold batch_norm into conv/linear"] += n;
-    });
+    run_pass("fold_batchnorm", counting(rewrite::fold_batchnorm, "batch norms folded", "fold batch_norm into conv/linear"));
     run_pass("fold_constants", fold);
     run_pass("apply_math_rules", [&](PassRecord& rec) {
       rewrite::RuleStats st;
@@ -149,9 +142,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       codegen::YellowQuery q{block, cand};
       const std::string key = fusion::ProfileDb::make_key(signature, gr.node(p).op, gr.node(c).op, shapes,
                                                           codegen::yellow_key(gr, q));
-      // Fuse unless fusing measured slower (beyond a 3% noise margin): an equal-cost fusion saves a
-      // launch and lets green neighbours join the block afterwards.
-      if (auto e = db->lookup(key)) return e->fused_us <= 1.03 * e->separate_us;
+      if (auto e = db->lookup(key)) return e->fusing_not_slower();
       if (std::find(pending_keys.begin(), pending_keys.end(), key) == pending_keys.end()) {
         pending.push_back(q);
         pending_keys.push_back(key);

@@ -31,6 +31,9 @@ class ProfileDb {
     double fused_us = 0;
     double separate_us = 0;
     bool fused_is_faster() const { return fused_us < separate_us; }
+    // The planner's yellow decision: fuse unless fusing measured slower beyond `margin` (timing
+    // noise); an equal-cost fusion saves a launch and lets green neighbours join afterwards.
+    bool fusing_not_slower(double margin = 0.03) const { return fused_us <= (1.0 + margin) * separate_us; }
   };
 
   static constexpr int kVersion = 1;
@@ -42,7 +45,7 @@ class ProfileDb {
   // $HOME/.cache/dnnfusion/profile_db.txt (./.dnnfusion_profile_db.txt without a HOME).
   static std::string default_path();
   // "<signature> | <op_a> -> <op_b> | <shape>;<shape>... | <detail>". `detail` carries whatever
-  // else distinguishes two measurements (attributes, dtypes: e.g. codegen::pair_key).
+  // else distinguishes two measurements (attributes, dtypes: e.g. codegen::yellow_key).
   static std::string make_key(const std::string& signature, const std::string& op_a, const std::string& op_b,
                               const std::vector<std::vector<int64_t>>& shapes, const std::string& detail = "");
 
