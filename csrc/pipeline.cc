@@ -15,6 +15,8 @@
 #include "rewrite/apply_math_rules.h"
 #include "rewrite/eliminate_common_subexpressions.h"
 #include "rewrite/fold_batchnorm.h"
+#include "rewrite/merge_parallel_gemms.h"
+#include "rewrite/split_to_slices.h"
 #include "rewrite/fold_constants.h"
 #include "rewrite/remove_noops.h"
 
@@ -90,7 +92,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
     rec.detail = std::to_string(n) + " nodes folded";
   };
   run_pass("fold_constants", fold);
-  {  // rewriting runs in every fusion mode, so the modes differ by fusion alone
+  {  // rewriting runs in every fusion mode (but see merge_parallel_gemms), so the modes differ by fusion alone
     // A rewrite pass that reports how many nodes it changed, counted under `rule` in the report.
     using CountingPass = ecg::Graph (*)(const ecg::Graph&, int*);
     auto counting = [&](CountingPass pass, const char* what, const char* rule) {
@@ -119,12 +121,22 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
     run_pass("fold_constants", fold);
     run_pass("remove_noops", noops);  // e.g. x * (c / c) folded to x * 1
     run_pass("eliminate_common_subexpressions", cse);
+    // Fusion-aware: the slices these introduce are free only where the DNNFusion planner folds them
+    // into strided operands; elsewhere (none, tvm) each would be a copy, so they stay off there.
+    if (opts.fusion == fusion::Mode::DnnFusion) {
+      run_pass("split_to_slices", counting(rewrite::split_to_slices, "splits replaced by slices", "split into slices"));
+      run_pass("merge_parallel_gemms", counting(rewrite::merge_parallel_gemms, "GEMMs merged", "merge parallel GEMMs (X·[W1 W2])"));
+      run_pass("fold_constants", fold);
+    }
   }
   result.ops_after_rewrite = static_cast<int>(g.nodes().size());
   fusion::PlanHooks hooks;
   hooks.fusible = [](const ecg::Graph& gr, int n) { return codegen::can_fuse(gr, n); };
   hooks.m2m_input_fusible = [](const ecg::Graph& gr, int m, int v) { return codegen::m2m_input_fusible(gr, m, v); };
   hooks.is_index_op = [](const ecg::Graph& gr, int n) { return codegen::is_index_op(gr.node(n).op); };
+  hooks.free_merge = [](const ecg::Graph& gr, const std::vector<int>& block, int cand) {
+    return codegen::free_merge(gr, block, cand);
+  };
   // Yellow cells ask the profile database; pairs it has not seen are measured in one batch (one
   // compiler run), stored, and the plan is made again with the answers.
   std::unique_ptr<fusion::ProfileDb> db;

@@ -226,6 +226,12 @@ struct ArgTable {
 
 enum class StageKind { Loop, Epilogue, Prologue };
 
+// The view lists its buffer's elements in row-major order of `shape` (strides of size-1 dims do
+// not matter: a batch-1 transpose is the identity).
+bool identity_view(const StridedView& v, const std::vector<int64_t>& shape) {
+  return v.offset == 0 && v.shape == shape && v.is_contiguous();
+}
+
 struct Access {
   int arg;          // pointer-table index (-1: the hook's `data`)
   bool is_bool;
@@ -258,7 +264,7 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
     const Leaf& l = b.leaves[b.exprs[e].leaf];
     int arg = l.value == self_value ? -1 : args.index_of(l.value);
     if (l.value == self_value)
-      DNNF_CHECK(l.view == StridedView::contiguous(shape), "epilogue reads its input at a non-identity index");
+      DNNF_CHECK(identity_view(l.view, shape), "epilogue reads its input at a non-identity index");
     acc.push_back(Access{arg, b.exprs[e].is_bool, l.view.strides, l.view.offset});
   }
   const StridedView cont = StridedView::contiguous(shape);
@@ -424,7 +430,100 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
 
 bool is_f32(const Graph& g, int v) { return v >= 0 && g.value(v).dtype == DType::Float32; }
 
+// If `view` (a view of a contiguous tensor of shape `base`) only permutes its dimensions, the
+// strides (over `base`'s shape) at which `base`'s elements sit in a contiguous tensor of the
+// view's shape; empty otherwise.
+std::vector<int64_t> inverse_permutation_strides(const StridedView& view, const std::vector<int64_t>& base) {
+  if (view.offset != 0) return {};
+  const std::vector<int64_t> cb = StridedView::contiguous(base).strides;
+  const std::vector<int64_t> cv = StridedView::contiguous(view.shape).strides;
+  std::vector<int64_t> out(base.size(), 0);
+  std::vector<char> used(base.size(), 0);
+  for (size_t j = 0; j < view.shape.size(); ++j) {
+    if (view.shape[j] == 1) continue;
+    bool found = false;
+    for (size_t i = 0; i < base.size() && !found; ++i)
+      if (!used[i] && base[i] == view.shape[j] && cb[i] == view.strides[j]) {
+        used[i] = 1;
+        out[i] = cv[j];
+        found = true;
+      }
+    if (!found) return {};
+  }
+  for (size_t i = 0; i < base.size(); ++i)
+    if (base[i] != 1 && !used[i]) return {};
+  return out;
+}
+
 }  // namespace
+
+bool free_merge(const Graph& g, const std::vector<int>& block, int cand) {
+  std::vector<int> merged = block;
+  merged.push_back(cand);
+  auto in_merged = [&](int n) { return std::find(merged.begin(), merged.end(), n) != merged.end(); };
+  auto is_m2m = [&](int n) {
+    const ecg::OpInfo* info = g.node(n).info ? g.node(n).info : ecg::find_op(g.node(n).op);
+    return info && info->mapping == MappingType::ManyToMany;
+  };
+  auto is_reorganize = [&](int n) {
+    const ecg::OpInfo* info = g.node(n).info ? g.node(n).info : ecg::find_op(g.node(n).op);
+    return info && info->mapping == MappingType::Reorganize;
+  };
+  auto movable = [&](int n) {
+    const Node& x = g.node(n);
+    return is_index_op(x.op) && can_fuse(g, n) && x.outputs.size() == 1 && !x.inputs.empty() && x.inputs[0] >= 0;
+  };
+  // The candidate is data movement; or it is the kernel and the block so far is data movement.
+  int d = -1;
+  std::vector<int> movers;
+  if (movable(cand)) {
+    movers.push_back(cand);
+    for (int n : block)
+      if (is_m2m(n)) d = n;
+  } else if (is_m2m(cand)) {
+    d = cand;
+    for (int n : block) {
+      if (!movable(n)) return false;
+      movers.push_back(n);
+    }
+  } else {
+    return false;
+  }
+  const runtime::OpKernel* k = d >= 0 ? runtime::find_kernel(g.node(d).op) : nullptr;
+  const int d_out = d >= 0 ? g.node(d).outputs[0] : -1;
+  // Reaches the kernel through merged data movement only, and the kernel reads it strided.
+  std::function<bool(int)> reaches_strided = [&](int v) {
+    bool any = false;
+    for (int u : g.value(v).users) {
+      if (!in_merged(u)) continue;
+      if (u == d) {
+        if (m2m_input_fusible(g, d, v) != fusion::PlanHooks::kStrided) return false;
+      } else if (movable(u)) {
+        if (!reaches_strided(g.node(u).outputs[0])) return false;
+      } else {
+        return false;
+      }
+      any = true;
+    }
+    return any;
+  };
+  // Keeps the linear element order: a reshape, or a permute that only moves size-1 dims.
+  auto order_preserving = [&](int m) {
+    if (is_reorganize(m)) return true;
+    const Node& x = g.node(m);
+    const auto v = compose_view(g, x, StridedView::contiguous(g.value(x.inputs[0]).shape));
+    return v && identity_view(*v, g.value(x.outputs[0]).shape);
+  };
+  for (int m : movers) {
+    if (order_preserving(m)) continue;
+    if (!k) return false;
+    const int in = g.node(m).inputs[0];
+    // A permute of the kernel's output, its only reader, that the kernel stores through strides.
+    if (k->strided_output && in == d_out && g.value(d_out).users.size() == 1 && !g.value(d_out).is_output) continue;
+    if (!reaches_strided(g.node(m).outputs[0])) return false;
+  }
+  return true;
+}
 
 bool can_fuse(const Graph& g, int id) {
   const Node& n = g.node(id);
@@ -508,12 +607,13 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
     const int d_out = d >= 0 ? g.node(d).outputs[0] : -1;
     std::vector<runtime::Step> steps;
     std::vector<runtime::Alias> aliases;
-    int epilogue_target = -1;
+    int epilogue_target = -1, store_target = -1;
     for (int attempt = 0;; ++attempt) {
       DNNF_CHECK(attempt <= static_cast<int>(nv), "code generation for block ", bi, " does not converge");
       steps.clear();
       aliases.clear();
       epilogue_target = -1;
+      store_target = -1;
       const size_t step_base = prog.steps.size();
       try {
         std::vector<int> order(mat.begin(), mat.end());
@@ -584,12 +684,29 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
                 if (g.value(v).numel() != g.value(d_out).numel() || g.value(v).dtype != DType::Float32) ok = false;
                 for (int li : b.reachable_leaves(e)) {
                   const Leaf& l = b.leaves[li];
-                  if (l.value == d_out && !(l.view == StridedView::contiguous(g.value(v).shape))) ok = false;
+                  if (l.value == d_out && !identity_view(l.view, g.value(v).shape)) ok = false;
                 }
               }
               if (candidates == 1 && ok) epilogue_target = target;
             }
-            if (epilogue_target < 0 && !mat.count(d_out)) throw NeedMaterialize{d_out};
+            // A permute of the kernel's output (its only reader) becomes the kernel's store strides.
+            std::vector<int64_t> out_strides;
+            store_target = -1;
+            if (epilogue_target < 0 && !mat.count(d_out) && dk->strided_output && is_f32(g, d_out) &&
+                !g.value(d_out).is_output && g.value(d_out).users.size() == 1 && in_block[g.value(d_out).users[0]] &&
+                is_index_op(g.node(g.value(d_out).users[0]).op)) {
+              const int u = g.node(g.value(d_out).users[0]).outputs[0];
+              ExprBuilder b(g, leaf_pred(u));
+              const Expr& ex = b.exprs[b.of_value(u)];
+              if (ex.kind == Expr::Kind::Leaf && b.leaves[ex.leaf].value == d_out && is_f32(g, u)) {
+                out_strides = inverse_permutation_strides(b.leaves[ex.leaf].view, g.value(d_out).shape);
+                if (!out_strides.empty()) {
+                  if (!mat.count(u)) throw NeedMaterialize{u};
+                  store_target = u;
+                }
+              }
+            }
+            if (epilogue_target < 0 && store_target < 0 && !mat.count(d_out)) throw NeedMaterialize{d_out};
             runtime::Step s;
             s.node = d;
             s.block = static_cast<int>(bi);
@@ -607,6 +724,7 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
               epi_name = emit_function(StageKind::Epilogue, g, b, {e}, {}, g.value(epilogue_target).shape, d_out, args, functions);
             }
             s.args = args.values;
+            s.out_strides = out_strides;
             // Operands that are data movement of a materialized value: the kernel reads them strided.
             const Node& dn = g.node(d);
             for (size_t i = 0; i < dn.inputs.size(); ++i) {
@@ -623,20 +741,22 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
             for (int in : dn.inputs)
               if (in >= 0 && in != prologue_value && (!produced_in_block(in) || mat.count(in))) s.reads.push_back(in);
             for (int a : args.values) s.reads.push_back(a);
+            const int out_target = epilogue_target >= 0 ? epilogue_target : store_target;
             for (size_t slot = 0; slot < g.node(d).outputs.size(); ++slot)
-              s.writes.push_back(slot == 0 && epilogue_target >= 0 ? epilogue_target : g.node(d).outputs[slot]);
+              s.writes.push_back(slot == 0 && out_target >= 0 ? out_target : g.node(d).outputs[slot]);
             const size_t global = step_base + steps.size();
             steps.push_back(std::move(s));
-            if (epilogue_target >= 0)
-              aliases.push_back(runtime::Alias{d_out, epilogue_target, 0, static_cast<int>(global)});
-            rep.steps.push_back(std::string(prologue_value >= 0 ? "prologue+" : "") + "kernel" + (epilogue_target >= 0 ? "+epilogue" : ""));
+            if (out_target >= 0)
+              aliases.push_back(runtime::Alias{d_out, out_target, 0, static_cast<int>(global)});
+            rep.steps.push_back(std::string(prologue_value >= 0 ? "prologue+" : "") + "kernel" +
+                                (epilogue_target >= 0 ? "+epilogue" : "") + (store_target >= 0 ? "+strided store" : ""));
             resolvers.push_back([&prog, global, pro_name, epi_name](const JitModule& m) {
               if (!pro_name.empty()) prog.steps[global].prologue = reinterpret_cast<runtime::HookFn>(m.symbol(pro_name));
               if (!epi_name.empty()) prog.steps[global].epilogue = reinterpret_cast<runtime::HookFn>(m.symbol(epi_name));
             });
             // 3. values after it
             for (int v : post)
-              if (v != epilogue_target) emit_value(v);
+              if (v != epilogue_target && v != store_target) emit_value(v);
           } else {
             for (int v : order) emit_value(v);
           }
@@ -665,6 +785,7 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
         const Node& c = g.node(n);
         std::string rule;
         if (in == d_out && epilogue_target >= 0) rule = "epilogue";
+        else if (in == d_out && store_target >= 0) rule = "strided store";
         else if (mat.count(in) || in == d_out) rule = "materialized";
         else if (n == d) rule = in == prologue_value ? "prologue" : "strided operand";
         else if (is_index_op(c.op)) rule = "index arithmetic";
@@ -704,7 +825,11 @@ int m2m_input_fusible(const Graph& g, int m2m, int v) {
   bool all_strided = true, prologue = false;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     if (n.inputs[i] != v) continue;
-    if (i == 0 && k->prologue_hook && is_f32(g, v) && std::count(n.inputs.begin(), n.inputs.end(), v) == 1) prologue = true;
+    // A value something else reads too is written to memory anyway: computing it again inside the
+    // kernel would gain nothing (so the planner should let its producer fuse elsewhere).
+    if (i == 0 && k->prologue_hook && is_f32(g, v) && std::count(n.inputs.begin(), n.inputs.end(), v) == 1 &&
+        g.value(v).users.size() == 1 && !g.value(v).is_output)
+      prologue = true;
     if (!(k->strided_inputs >> i & 1u)) all_strided = false;
   }
   if (prologue) return fusion::PlanHooks::kPrologue;

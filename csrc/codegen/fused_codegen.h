@@ -31,6 +31,11 @@ bool can_fuse(const ecg::Graph& g, int n);
 // written to memory (fusion::PlanHooks::InputFusion): kPrologue if v feeds input 0 of a kernel with
 // a prologue hook, kStrided if every input slot v feeds is read strided by the kernel, else kNo.
 int m2m_input_fusible(const ecg::Graph& g, int m2m, int v);
+// fusion::PlanHooks::free_merge: `cand` is data movement that costs nothing inside `block` — a
+// reshape (linear element order unchanged: index arithmetic in loops, epilogues and operands), a
+// permute/slice the block's Many-to-Many kernel reads through strides, or a permute of that
+// kernel's output that it can store through strides.
+bool free_merge(const ecg::Graph& g, const std::vector<int>& block, int cand);
 
 struct BlockReport {
   int block = -1;

@@ -61,6 +61,11 @@ struct PlanHooks {
   std::function<int(const ecg::Graph&, int m2m, int v)> m2m_input_fusible;
   // Which ops are data movement for kStrided (view/permute/slice/expand...). Unset: none.
   std::function<bool(const ecg::Graph&, int n)> is_index_op;
+  // Yellow cell that cannot cost anything: `candidate` is data movement the fused code turns into
+  // index arithmetic that every kernel of the block already does (a reshape keeps the linear
+  // order; a permute the dominant kernel reads or writes through strides). Such merges fuse
+  // without a measurement, with profiling on or off. Unset: none.
+  std::function<bool(const ecg::Graph&, const std::vector<int>& block, int candidate)> free_merge;
   int max_block_ops = 64;     // register/tile budget of one generated kernel
   int max_block_inputs = 12;  // distinct activation values read from outside the block
   int tvm_max_group = 256;    // TVM's kMaxFusedOps

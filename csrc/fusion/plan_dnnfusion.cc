@@ -51,12 +51,18 @@ class DnnFusionPlanner {
   // One-to-One nodes by IRS (Listing 1), then — our extension — data-movement nodes, then
   // Many-to-Many nodes, each by IRS, so that the nodes no One-to-One block reached still get their
   // green and profiled yellow neighbours (data movement first: it can become a strided operand of
-  // the kernel it feeds).
+  // the kernel it feeds; but data movement right after a Many-to-Many node comes last, so that its
+  // producer's block can take it as a strided store, e.g. attention's head-merging permute).
   std::vector<int> seeds_by_irs() const {
     std::vector<std::tuple<int, int64_t, int>> cand;
     for (int n = 0; n < n_; ++n) {
       const MappingType t = detail::node_mapping(g_, n);
-      const int tier = t == MappingType::OneToOne ? 0 : t == MappingType::ManyToMany ? 2 : 1;
+      int tier = t == MappingType::OneToOne ? 0 : t == MappingType::ManyToMany ? 2 : 1;
+      if (tier == 1) {
+        const int in = g_.node(n).inputs.empty() ? -1 : g_.node(n).inputs[0];
+        const int p = in >= 0 ? g_.value(in).producer : -1;
+        if (p >= 0 && detail::is_many_to_many(g_, p)) tier = 3;
+      }
       cand.emplace_back(tier, ecg::node_irs_bytes(g_, g_.node(n)), n);
     }
     std::sort(cand.begin(), cand.end());  // ties: the earlier node first, for reproducible plans
@@ -112,7 +118,14 @@ class DnnFusionPlanner {
       note(what + ": refused, " + why);
       return false;
     }
-    if (rule.cell == Cell::Yellow) {
+    // A free merge of data movement keeps the block's type: index arithmetic does not change what
+    // the block's kernel computes, so e.g. a reshape between a GEMM and its activation does not
+    // turn the pair into a (yellow) Many-to-Many + Reorganize question.
+    const bool free = hooks_.free_merge && hooks_.free_merge(g_, block_, cand);
+    const bool keeps_type = free && ct != MappingType::ManyToMany;
+    if (rule.cell == Cell::Yellow && free) {
+      note(what + ": data movement absorbed as index arithmetic, fused without measuring");
+    } else if (rule.cell == Cell::Yellow) {
       if (!hooks_.yellow_is_faster) {
         note(what + ": no profile information (profiling off), kept apart");
         return false;
@@ -124,7 +137,7 @@ class DnnFusionPlanner {
       if (!faster) return false;
     }
     block_.push_back(cand);
-    type_ = rule.result;
+    if (!keeps_type) type_ = rule.result;
     if (ct == MappingType::ManyToMany) ++m2m_;
     mark(cand);
     return true;

@@ -62,7 +62,15 @@ int passthrough(const Graph& g, const Node& n) {
       if (p != 0) return -1;
     return same(x) ? 0 : -1;
   }
-  if (op == "cat") return n.inputs.size() == 1 && same(x) ? 0 : -1;
+  if (op == "cat") {  // one non-empty piece (e.g. a key/value cache that starts empty)
+    int only = -1;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      if (n.inputs[i] >= 0 && g.value(n.inputs[i]).numel() > 0) {
+        if (only >= 0) return -1;
+        only = static_cast<int>(i);
+      }
+    return only >= 0 && same(n.inputs[only]) ? only : -1;
+  }
   if (n.inputs.size() != 2 || n.has_attr("rounding_mode")) return -1;
   // x op c with c a constant of all ones (mul/div) or zeros (add/sub); add/mul also c op x.
   const double unit = (op == "mul" || op == "div") ? 1.0 : 0.0;

@@ -1,7 +1,7 @@
 // Removes nodes that pass an operand through unchanged: clone, contiguous, alias,
 // lift_fresh_copy, _to_copy to the same dtype, view/reshape/flatten/squeeze/unsqueeze/expand/
 // repeat to the same shape, a slice covering its whole dim with step 1, identity permute/
-// transpose/t, zero padding, cat of one tensor, x*1, x+0, 0+x, x-0 and x/1 (the constant's every
+// transpose/t, zero padding, cat of one non-empty tensor (the rest empty), x*1, x+0, 0+x, x-0 and x/1 (the constant's every
 // element exactly 1 or 0, and the result's shape and dtype those of the kept operand, so
 // broadcasting and type promotion change nothing). Uses of the result read the operand instead.
 // A node whose result is a graph output stays when removing it would make that output a graph

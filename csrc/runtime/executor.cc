@@ -83,6 +83,7 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
         b.in_strides[iv.slot] = iv.strides;
       }
       if (s.prologue && !k->prologue_hook) DNNF_THROW("op ", n.op, " cannot run a fused prologue");
+      if (!s.out_strides.empty() && !k->strided_output) DNNF_THROW("op ", n.op, " cannot write its output strided");
       b.kernel = k;
       b.aliased.assign(n.outputs.size(), 0);
       if (s.writes.empty()) s.writes = n.outputs;
@@ -213,6 +214,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
       call.in[iv.slot] = static_cast<const char*>(resolve(loc_[iv.value], inputs, outputs)) +
                          iv.offset * static_cast<int64_t>(dtype_size(g.value(iv.value).dtype));
     if (!b.in_strides.empty()) call.in_strides = &b.in_strides;
+    if (!s.out_strides.empty()) call.out_strides = &s.out_strides;
     if (b.epi) {
       b.epi.ctx = b.ptrs.data();
       call.epilogue = &b.epi;

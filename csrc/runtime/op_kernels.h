@@ -29,6 +29,9 @@ struct KernelCall {
     static const std::vector<int64_t> none;
     return in_strides && i < in_strides->size() ? (*in_strides)[i] : none;
   }
+  // Element strides at which output 0 is written (empty: contiguous). Only set for ops whose
+  // OpKernel has strided_output: a fused block's permute of the output folded into the store.
+  const std::vector<int64_t>* out_strides = nullptr;
 };
 
 // Output `slot` as a strided view of input 0 (all in elements).
@@ -52,6 +55,8 @@ struct OpKernel {
   bool prologue_hook = false;
   // Bit i set: run() reads input i through KernelCall::strides_of(i) when given.
   uint32_t strided_inputs = 0;
+  // run() writes output 0 through KernelCall::out_strides when given.
+  bool strided_output = false;
 };
 
 // nullptr if the core has no kernel for the op.

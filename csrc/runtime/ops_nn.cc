@@ -189,8 +189,14 @@ void run_sdpa(KernelCall& c) {
   }
   double scale = c.n.has_attr("scale") ? c.n.attr_float("scale") : 1.0 / std::sqrt(static_cast<double>(q[3]));
   float* lse = c.out.size() > 1 && c.g.value(c.n.outputs[1]).numel() == q[0] * q[1] * q[2] ? fout(c, 1) : nullptr;
+  const int64_t* os = nullptr;
+  if (c.out_strides) {
+    const auto& s = *c.out_strides;
+    DNNF_CHECK(s.size() == 4 && (s[3] == 1 || v[3] <= 1), "attention output strides must keep rows contiguous");
+    os = s.data();
+  }
   kernels::sdpa(q[0], q[1], q[2], k[2], q[3], v[3], t4(c, 0), t4(c, 1), t4(c, 2), mask,
-                c.n.attr_int("is_causal", 0) != 0, static_cast<float>(scale), fout(c, 0), lse, c.scratch, c.par);
+                c.n.attr_int("is_causal", 0) != 0, static_cast<float>(scale), fout(c, 0), lse, c.scratch, c.par, os);
 }
 
 // ---- pooling ----
@@ -318,10 +324,10 @@ void register_nn_ops(KernelTable& t) {
   for (const char* op : {"addmm", "mm", "bmm", "baddbmm"})
     t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr, true, false,
                                 std::string(op) == "addmm" || std::string(op) == "baddbmm" ? 0b110u : 0b011u});
-  // Attention reads strided q/k/v correctly (t4 honours strides), but measured slower inside
-  // distilbert than a copy + contiguous kernel, so fused blocks do not hand it strided operands.
+  // Attention reads q/k/v through any strides (its GEMMs pack them) and writes rows of its output
+  // at any stride, so the head split/merge permutes around it fold into it.
   t.emplace_back("_scaled_dot_product_flash_attention_for_cpu",
-                 OpKernel{check_sdpa, sdpa_scratch, run_sdpa, nullptr, false, false, 0u});
+                 OpKernel{check_sdpa, sdpa_scratch, run_sdpa, nullptr, false, false, 0b111u, true});
   t.emplace_back("max_pool2d_with_indices", OpKernel{check_pool, nullptr, run_max_pool, nullptr, true, false});
   t.emplace_back("avg_pool2d", OpKernel{check_pool, nullptr, run_avg_pool, nullptr, true, false});
   t.emplace_back("_adaptive_avg_pool2d", OpKernel{check_pool, nullptr, run_adaptive_avg_pool, nullptr, true, false});

@@ -41,6 +41,9 @@ struct Step {
     int64_t offset = 0;           // elements
   };
   std::vector<InputView> input_views;
+  // Node: output 0 written at these element strides (in the output's shape) into its buffer, which
+  // is that of a permuted view of it (empty: contiguous).
+  std::vector<int64_t> out_strides;
   std::vector<int> args;          // value ids whose addresses form the generated code's pointer table
   std::vector<int> reads;         // value ids read (liveness)
   std::vector<int> writes;        // value ids written (liveness); for Node steps: the node's outputs

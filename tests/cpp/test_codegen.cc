@@ -303,11 +303,61 @@ TEST(Codegen, DataMovementFeedingGemmAndAttentionBecomesStridedOperands) {
   g.set_outputs({r, att});
   std::vector<int> attn_block;
   for (int i = 3; i <= 12; ++i) attn_block.push_back(i);
-  expect_same(g, {rnd(rng, 48), rnd(rng, 40), rnd(rng, 7 * 24)}, {{0, 1, 2}, attn_block}, 5, 1e-5);  // bmm+epilogue; 3 q/k/v copies + attention
+  expect_same(g, {rnd(rng, 48), rnd(rng, 40), rnd(rng, 7 * 24)}, {{0, 1, 2}, attn_block}, 2, 1e-5);  // bmm+epilogue; attention
   codegen::CodegenResult cg = codegen::generate_program(g, make_plan(g, {{0, 1, 2}, attn_block}));
   runtime::Executable exe(g, runtime::ExecOptions{2}, std::move(cg.program));
-  // The GEMM reads its transposed operand strided (nothing copied); attention takes contiguous
-  // operands (its strided path measured slower than a copy), so the block writes q, k, v itself.
-  EXPECT_EQ(exe.stats().irs_bytes, 3 * (1 * 2 * 7 * 4) * 4 + 1 * 2 * 7 * 4);
-  EXPECT_EQ(cg.edge_rules["Shuffle -> Many-to-Many: strided operand"], 1);
+  // The GEMM reads its transposed operand strided and attention its q/k/v head splits (nothing
+  // copied): the only intermediate written is attention's log-sum-exp output.
+  EXPECT_EQ(exe.stats().irs_bytes, 1 * 2 * 7 * 4);
+  EXPECT_EQ(cg.edge_rules["Shuffle -> Many-to-Many: strided operand"], 4);
+}
+
+TEST(Codegen, PermuteAfterAttentionBecomesItsStridedStore) {
+  std::mt19937_64 rng(dt::test_seed());
+  SCOPED_TRACE(dt::seed_note());
+  Graph g;
+  std::vector<int> in;
+  for (const char* name : {"q", "k", "v"}) in.push_back(g.add_input({2, 3, 5, 4}, DType::Float32, name));
+  auto f = [&](const char* op, std::vector<int> ins, std::vector<int64_t> s, ecg::AttrMap at = {}) {
+    return g.node(g.add_node(op, ins, {{s, DType::Float32}}, at)).outputs[0];
+  };
+  int att = g.node(g.add_node("_scaled_dot_product_flash_attention_for_cpu", in,
+                              {{{2, 3, 5, 4}, DType::Float32}, {{2, 3, 5}, DType::Float32}}, {{"dropout_p", 0.0}}))
+                .outputs[0];                                                                          // 0
+  int t = f("transpose", {att}, {2, 5, 3, 4}, {{"dim0", int64_t{1}}, {"dim1", int64_t{2}}});         // 1
+  int m = f("view", {t}, {2, 5, 12}, {{"size", std::vector<int64_t>{2, 5, 12}}});                     // 2: merge heads
+  int r = f("relu", {m}, {2, 5, 12});                                                                 // 3
+  g.set_outputs({r});
+  // Attention writes [B, L, H, D] directly; the head merge is an alias, relu its own loop.
+  expect_same(g, {rnd(rng, 120), rnd(rng, 120), rnd(rng, 120)}, {{0, 1, 2}}, 2, 1e-5);
+  codegen::CodegenResult cg = codegen::generate_program(g, make_plan(g, {{0, 1, 2}}));
+  EXPECT_EQ(cg.edge_rules["Many-to-Many -> Shuffle: strided store"], 1);
+  runtime::Executable exe(g, runtime::ExecOptions{2}, std::move(cg.program));
+  EXPECT_EQ(exe.stats().irs_bytes, (2 * 5 * 12 + 2 * 3 * 5) * 4);  // the permuted output and lse
+}
+
+TEST(Codegen, FreeMergeNamesDataMovementThatCostsNothing) {
+  Graph g;
+  auto f = [&](const char* op, std::vector<int> in, std::vector<int64_t> s, ecg::AttrMap at = {}) {
+    return g.node(g.add_node(op, in, {{s, DType::Float32}}, at)).outputs[0];
+  };
+  std::vector<int> qkv;
+  for (int i = 0; i < 3; ++i) qkv.push_back(g.add_input({1, 5, 2, 4}, DType::Float32));
+  std::vector<int> heads;
+  for (int i = 0; i < 3; ++i)  // nodes 0..2: [B, L, H, D] -> [B, H, L, D]
+    heads.push_back(f("transpose", {qkv[i]}, {1, 2, 5, 4}, {{"dim0", int64_t{1}}, {"dim1", int64_t{2}}}));
+  int att = g.node(g.add_node("_scaled_dot_product_flash_attention_for_cpu", heads,
+                              {{{1, 2, 5, 4}, DType::Float32}, {{1, 2, 5}, DType::Float32}}, {{"dropout_p", 0.0}}))
+                .outputs[0];                                                                           // 3
+  int t = f("transpose", {att}, {1, 5, 2, 4}, {{"dim0", int64_t{1}}, {"dim1", int64_t{2}}});          // 4
+  int v = f("view", {t}, {1, 5, 8}, {{"size", std::vector<int64_t>{1, 5, 8}}});                        // 5
+  int p = f("permute", {v}, {1, 8, 5}, {{"dims", std::vector<int64_t>{0, 2, 1}}});                     // 6
+  int r = f("relu", {p}, {1, 8, 5});                                                                   // 7
+  g.set_outputs({r});
+  EXPECT_TRUE(codegen::free_merge(g, {3}, 4));         // attention stores its output permuted
+  EXPECT_TRUE(codegen::free_merge(g, {3, 4}, 5));      // a reshape keeps the element order
+  EXPECT_TRUE(codegen::free_merge(g, {0, 1, 2}, 3));   // attention reads the head splits strided
+  EXPECT_TRUE(codegen::free_merge(g, {3}, 0));
+  EXPECT_FALSE(codegen::free_merge(g, {7}, 6));        // a real permute feeding a loop: strided reads
+  EXPECT_FALSE(codegen::free_merge(g, {6}, 7));        // not data movement
 }

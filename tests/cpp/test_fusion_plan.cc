@@ -713,3 +713,29 @@ TEST(FusionPlan, RandomGraphsMeetEveryPostcondition) {
     }
   }
 }
+
+TEST(DnnFusion, FreeDataMovementFusesWithoutMeasuringAndKeepsTheBlockType) {
+  // GEMM -> view -> relu -> view: the views are yellow cells (Many-to-Many then Reorganize). With
+  // profiling off they stay apart, unless the free_merge hook says they are index arithmetic; a
+  // free merge keeps the block's type, so relu still joins the GEMM through a green cell.
+  Builder b;
+  int x = b.input({8, 16});
+  int m = b.op("mm", {x, b.weight({16, 32})}, {8, 32});
+  int v1 = b.op("view", {m}, {2, 4, 32});
+  int r = b.op("relu", {v1}, {2, 4, 32});
+  int v2 = b.op("view", {r}, {8, 32});
+  b.g.set_outputs({v2});
+  Plan apart = plan_dnnfusion(b.g, {});
+  EXPECT_FALSE(same_block(apart, b.node(m), b.node(r))) << log_text(apart);
+  PlanHooks hooks;
+  int asked = 0;
+  hooks.free_merge = [&](const Graph& g, const std::vector<int>&, int cand) {
+    ++asked;
+    return g.node(cand).op == "view";
+  };
+  Plan p = plan_dnnfusion(b.g, hooks);
+  EXPECT_GT(asked, 0);
+  ASSERT_EQ(p.blocks.size(), 1u) << log_text(p);
+  EXPECT_EQ(p.blocks[0].type, MappingType::ManyToMany);
+  EXPECT_NO_THROW(verify_plan(b.g, p, hooks));
+}

@@ -7,7 +7,9 @@
 #include "rewrite/eliminate_common_subexpressions.h"
 #include "rewrite/fold_batchnorm.h"
 #include "rewrite/graph_edit.h"
+#include "rewrite/merge_parallel_gemms.h"
 #include "rewrite/remove_noops.h"
+#include "rewrite/split_to_slices.h"
 #include "rewrite_test_util.h"
 
 using namespace dnnfusion;
@@ -318,4 +320,98 @@ TEST(RewriteCse, MultiOutputNodesWeightsAndOutputs) {
   EXPECT_EQ(count_op(h, "max_pool2d_with_indices"), 1);
   EXPECT_EQ(count_op(h, "mul"), 2);  // weights are merged by storage, not by value
   expect_equivalent(c.g, h, rng);
+}
+
+// ---------------- merge_parallel_gemms ----------------
+TEST(RewriteMergeParallelGemms, QueryKeyValueProjectionsBecomeOneGemmAndSlices) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  SCOPED_TRACE(dnnfusion::testing::seed_note());
+  GraphBuilder b(rng);
+  int x = b.input({6, 8});
+  std::vector<int> heads;
+  for (int i = 0; i < 3; ++i) {  // q, k, v: each output only feeds the head split (data movement)
+    int y = b.addmm(b.weight({4}), x, b.weight({8, 4}));
+    int v = b.node("view", {y}, {6, 2, 2}, {{"size", Shape{6, 2, 2}}});
+    heads.push_back(b.node("transpose", {v}, {2, 6, 2}, {{"dim0", int64_t{0}}, {"dim1", int64_t{1}}}));
+  }
+  int other = b.addmm(b.weight({5}), x, b.weight({8, 5}));  // feeds relu: not data movement, stays
+  int a = b.mm(b.input({6, 8}), b.weight({8, 3}));          // another activation: its own group of one
+  b.out({b.bin("add", heads[0], heads[1]), heads[2], b.un("relu", other), a});
+  int merged = -1;
+  Graph g = merge_parallel_gemms(b.g, &merged);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  EXPECT_EQ(merged, 2);
+  int addmms = 0, slices = 0, cats = 0;
+  for (const auto& n : g.nodes()) {
+    addmms += n.op == "addmm";
+    slices += n.op == "slice";
+    cats += n.op == "cat";
+    if (n.op == "addmm" && g.value(n.outputs[0]).shape[1] == 12) EXPECT_EQ(g.value(n.inputs[1]).id, g.inputs()[0]);
+  }
+  EXPECT_EQ(addmms, 2);  // the merged q/k/v GEMM [6, 12] and the relu one
+  EXPECT_EQ(slices, 3);
+  EXPECT_EQ(cats, 2);    // weights and biases, folded at compile time
+  std::mt19937_64 r2(dnnfusion::testing::test_seed());
+  expect_equivalent(b.g, g, r2);
+  int again = -1;
+  merge_parallel_gemms(fold(g), &again);
+  EXPECT_EQ(again, 0);  // idempotent: the merged GEMM has no partner left
+}
+
+TEST(RewriteMergeParallelGemms, LeavesUnfoldedWeightsAndScaledGemmsAlone) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({4, 8});
+  int w1 = b.un("neg", b.weight({8, 4}));  // weight-only but not folded yet: the pass waits for fold_constants
+  int y1 = b.addmm(b.weight({4}), x, w1);
+  int y2 = b.addmm(b.weight({4}), x, b.weight({8, 4}));
+  b.out({b.node("view", {y1}, {16}, {{"size", Shape{16}}}), b.node("view", {y2}, {16}, {{"size", Shape{16}}})});
+  int merged = -1;
+  Graph g = merge_parallel_gemms(b.g, &merged);
+  EXPECT_EQ(merged, 0);
+  Graph f = merge_parallel_gemms(fold(b.g), &merged);  // once folded, they merge
+  EXPECT_EQ(merged, 1);
+  std::mt19937_64 r2(dnnfusion::testing::test_seed());
+  expect_equivalent(b.g, f, r2);
+}
+
+// ---------------- split_to_slices and empty cat ----------------
+TEST(RewriteSplitToSlices, SplitAndUnbindBecomeSingleOutputViews) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  SCOPED_TRACE(dnnfusion::testing::seed_note());
+  GraphBuilder b(rng);
+  int x = b.input({3, 10});
+  int sp = b.g.add_node("split_with_sizes", {x}, {{{3, 4}, DType::Float32}, {{3, 2}, DType::Float32}, {{3, 4}, DType::Float32}},
+                        {{"split_sizes", Shape{4, 2, 4}}, {"dim", int64_t{-1}}});
+  int y = b.input({3, 2, 5});
+  int ub = b.g.add_node("unbind", {y}, {{{2, 5}, DType::Float32}, {{2, 5}, DType::Float32}, {{2, 5}, DType::Float32}},
+                        {{"dim", int64_t{0}}});
+  const std::vector<int> so = b.g.node(sp).outputs;  // copies: adding nodes moves the node list
+  const std::vector<int> uo = b.g.node(ub).outputs;
+  // The middle piece of the split is unused: no slice for it.
+  b.out({b.bin("sub", so[0], so[2]), b.bin("mul", uo[2], uo[0]), uo[1]});
+  int replaced = -1;
+  Graph g = split_to_slices(b.g, &replaced);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  EXPECT_EQ(replaced, 2);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"slice", "slice", "select", "select", "select", "sub", "mul"}));
+  std::mt19937_64 r2(dnnfusion::testing::test_seed());
+  expect_equivalent(b.g, g, r2);
+}
+
+TEST(RewriteNoops, CatWithOneNonEmptyPieceIsThatPiece) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  int x = b.input({1, 2, 3, 4});
+  int t = b.un("relu", x);
+  float none = 0.f;
+  int empty = b.g.add_constant({1, 2, 0, 4}, DType::Float32, &none, "empty_cache");
+  int c = b.node("cat", {empty, t}, {1, 2, 3, 4}, {{"dim", int64_t{-2}}});
+  b.out({c, b.un("exp", c)});
+  int removed = -1;
+  Graph g = remove_noops(b.g, &removed);
+  EXPECT_EQ(removed, 1);
+  EXPECT_EQ(ops_of(g), (std::vector<std::string>{"relu", "exp"}));
+  std::mt19937_64 r2(dnnfusion::testing::test_seed());
+  expect_equivalent(b.g, g, r2);
 }

@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 #include <random>
 #include <set>
+#include <thread>
 
 #include "common/error.h"
 #include "ecg/verifier.h"
@@ -112,8 +114,9 @@ TEST(ThreadPool, UsesSeveralThreadsAndNestsSerially) {
         EXPECT_EQ(ie, 10);
         inner_calls++;
       });
-      for (volatile int64_t i = b; i < e; ++i) {
-      }
+      // Each chunk takes real time, so a worker woken late (a loaded CI machine) still finds work
+      // before the caller has drained the range.
+      std::this_thread::sleep_for(std::chrono::microseconds(300 * (e - b)));
     });
   EXPECT_EQ(ids.size(), 2u);
   EXPECT_GT(inner_calls.load(), 0);

@@ -64,6 +64,7 @@ struct Task {
   bool causal;
   float scale;
   float* out;
+  int64_t os0, os1, os2;  // element strides of out over (b, h, i); rows of Dv contiguous
   float* lse;
 };
 
@@ -71,7 +72,7 @@ struct Task {
 void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows, float* S) {
   const SerialParallel serial;
   const int64_t Lk = t.Lk;
-  float* out = t.out + ((b * t.H + h) * t.Lq + i0) * t.Dv;
+  float* out = t.out + b * t.os0 + h * t.os1 + i0 * t.os2;
   if (Lk > 0) {
     GemmEpilogue ep;
     ep.alpha = t.scale;
@@ -145,7 +146,7 @@ void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows,
   }
   // out = P v; with Lk == 0 this is the K == 0 GEMM, i.e. zeros.
   sgemm(rows, t.Dv, Lk, {S, Lk, 1}, {t.v.data + b * t.v.s0 + h * t.v.s1, t.v.s2, t.v.s3}, out,
-        t.Dv, GemmEpilogue{}, serial);
+        t.os2, GemmEpilogue{}, serial);
 }
 
 }  // namespace
@@ -157,7 +158,7 @@ size_t sdpa_scratch_bytes(int64_t Lq, int64_t Lk, int num_threads) {
 
 void sdpa(int64_t Bt, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, Tensor4 q,
           Tensor4 k, Tensor4 v, AttnMask mask, bool causal, float scale, float* out, float* lse,
-          void* scratch, const Parallel& par) {
+          void* scratch, const Parallel& par, const int64_t* out_strides) {
   DNNF_CHECK(Bt >= 0 && H >= 0 && Lq >= 0 && Lk >= 0 && D >= 0 && Dv >= 0,
              "sdpa: negative size (Bt=", Bt, " H=", H, " Lq=", Lq, " Lk=", Lk, " D=", D, " Dv=", Dv,
              ")");
@@ -166,7 +167,10 @@ void sdpa(int64_t Bt, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, 
   if (tasks == 0) return;
   DNNF_CHECK(scratch != nullptr, "sdpa: scratch is null (need sdpa_scratch_bytes bytes)");
   DNNF_CHECK(reinterpret_cast<uintptr_t>(scratch) % 64 == 0, "sdpa: scratch must be 64-byte aligned");
-  const Task t{Bt, H, Lq, Lk, D, Dv, q, k, v, mask, causal, scale, out, lse};
+  const int64_t os0 = out_strides ? out_strides[0] : H * Lq * Dv, os1 = out_strides ? out_strides[1] : Lq * Dv,
+                os2 = out_strides ? out_strides[2] : Dv;
+  DNNF_CHECK(os2 >= Dv || Lq <= 1, "sdpa: output row stride ", os2, " overlaps rows of ", Dv);
+  const Task t{Bt, H, Lq, Lk, D, Dv, q, k, v, mask, causal, scale, out, os0, os1, os2, lse};
   const int64_t slot = slot_floats(Lq, Lk);
   // Exactly one scratch slot per index of this parallel_for: indices are disjoint, and a chunk
   // that holds several runs them one after another, so no slot is used twice at once.

@@ -7,7 +7,9 @@
 // through their strides (any, including 0); mask (if data != nullptr) is (Bt,H,Lq,Lk) through its
 // strides, float (added to the scaled scores) or bool (false = masked out); scratch holds
 // sdpa_scratch_bytes(Lq, Lk, par.num_threads()) bytes, 64-byte aligned; out is contiguous
-// [Bt][H][Lq][Dv] and lse (nullable) contiguous [Bt][H][Lq].
+// [Bt][H][Lq][Dv] unless out_strides (nullable) gives the element strides {b, h, i} of a layout
+// whose rows of Dv are contiguous (a fused block writes [Bt][Lq][H][Dv] directly: the permute
+// after attention costs nothing); lse (nullable) is contiguous [Bt][H][Lq].
 // Causal is the top-left aligned mask (key j allowed iff j <= i), combined with any mask.
 // Fully masked rows (every score -inf): PyTorch >= 2.5's math path uses _safe_softmax, which gives
 // probability 0 there, so such rows of out are 0 (not NaN) and their lse is -inf. NaN scores
@@ -35,6 +37,6 @@ size_t sdpa_scratch_bytes(int64_t Lq, int64_t Lk, int num_threads);
 
 void sdpa(int64_t Bt, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, Tensor4 q,
           Tensor4 k, Tensor4 v, AttnMask mask, bool causal, float scale, float* out, float* lse,
-          void* scratch, const Parallel& par);
+          void* scratch, const Parallel& par, const int64_t* out_strides = nullptr);
 
 }  // namespace dnnfusion::kernels
