@@ -104,8 +104,11 @@ def test_kernel_counts_per_mode_on_zoo_models(name):
     print(f"\n{name}: kernels per mode {k}, IRS MiB "
           f"{ {m: round(d['irs_bytes'] / 2**20, 2) for m, d in rep.per_mode.items()} }")
     assert k["dnnfusion"] <= k["tvm"] <= k["none"], k
-    if name == "distilbert":  # residual adds become layer_norm prologues, activations GEMM epilogues
+    if name == "distilbert":
+        # Residual adds become layer_norm prologues or GEMM epilogues, activations GEMM epilogues,
+        # Q/K/V one GEMM whose head splits attention reads strided, attention stores the head merge.
         assert k["dnnfusion"] < k["tvm"], k
+        assert 2 * k["dnnfusion"] <= k["none"], k
 
 
 def test_second_process_finds_cached_kernels_and_profiles_and_runs_no_compiler(tmp_path):
@@ -116,8 +119,14 @@ def test_second_process_finds_cached_kernels_and_profiles_and_runs_no_compiler(t
     code = """
         import torch
         torch.manual_seed(0)
-        m = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 8), torch.nn.Tanh()).eval()
-        x = torch.randn(2, 4, 16)   # 3-D: the linears come with views, i.e. yellow cells to profile
+        class M(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.a, self.b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 8)
+            def forward(self, x):   # GEMM -> transpose -> tanh: a yellow cell (Many-to-Many then Shuffle) to profile
+                return torch.tanh(self.b(torch.nn.functional.gelu(self.a(x))).transpose(1, 2))
+        m = M().eval()
+        x = torch.randn(2, 4, 16)
         with torch.no_grad():
             y = torch.compile(m, backend="dnnfusion")(x)
             assert torch.allclose(y, m(x), atol=1e-5)
