@@ -4,7 +4,9 @@ For every zoo model: ATen ops in the inference graph (what eager launches), kern
 dnnfusion's modes none / tvm / dnnfusion, the kernels Inductor launches for the same model
 (counted from its generated code: cpp_fused_* kernels plus extern/aten calls in `call()`), the
 intermediate-result bytes each mode writes to memory per call, and the latency of the three modes
-side by side (same process, same thread count, interleaved rounds, median of --runs). Every
+side by side (same process, same thread count, interleaved rounds, median of --runs), plus the
+dnnfusion mode with GEMM epilogues called back per tile row by the library kernel instead of inlined
+into the generated GEMM template (DNNFUSION_NO_GEMM_TEMPLATE=1; the template's ablation). Every
 compiled output is checked against eager (max|out-ref| / max|ref|). Writes
 benchmarks/results/fusion_b<batch>_<date>.json and prints the markdown tables for RESULTS.md.
 
@@ -50,12 +52,19 @@ def inductor_kernels(model, inputs):
     return n
 
 
-def compile_mode(model, inputs, mode, threads, ref):
+def compile_mode(model, inputs, mode, threads, ref, hook_epilogues=False):
+    """hook_epilogues: GEMM epilogues as the library kernel's per-tile callback instead of inlined
+    into the generated GEMM template (the ablation of issue 3's template instantiation)."""
     compiled = torch.compile(model, backend="dnnfusion", options={"fusion": mode, "threads": threads}, dynamic=False)
-    with torch.no_grad(), collecting() as graphs:
-        t0 = time.perf_counter()
-        out = zoo.first_tensor(compiled(*inputs))
-        compile_s = time.perf_counter() - t0
+    if hook_epilogues:
+        os.environ["DNNFUSION_NO_GEMM_TEMPLATE"] = "1"
+    try:
+        with torch.no_grad(), collecting() as graphs:
+            t0 = time.perf_counter()
+            out = zoo.first_tensor(compiled(*inputs))
+            compile_s = time.perf_counter() - t0
+    finally:
+        os.environ.pop("DNNFUSION_NO_GEMM_TEMPLATE", None)
     rep = dnnfusion.ExplainReport(list(graphs), mode=mode)
     err = ((out - ref).abs().max() / ref.abs().max()).item()
     return compiled, dict(kernels=rep.kernels_per_call, irs_mib=rep.irs_bytes / 2**20, blocks=len(rep.fusion_blocks),
@@ -90,8 +99,10 @@ def main():
         fns = {}
         for m in MODES:
             fns[m], row[m] = compile_mode(model, inputs, m, args.threads, ref)
+        fns["dnnfusion_hook"], row["dnnfusion_hook"] = compile_mode(model, inputs, "dnnfusion", args.threads, ref,
+                                                                    hook_epilogues=True)
         row["aten_ops"] = row["none"]["aten_ops"]
-        times = {m: [] for m in ("eager",) + MODES}
+        times = {m: [] for m in ("eager",) + tuple(fns)}
         runners = {"eager": model, **fns}
         with torch.no_grad():
             for _ in range(args.warmup):
@@ -121,8 +132,8 @@ def main():
               f"| {r['dnnfusion']['kernels']} | {ind} | {r['none']['irs_mib']:.1f} | {r['tvm']['irs_mib']:.1f} "
               f"| {r['dnnfusion']['irs_mib']:.1f} |")
     print()
-    print("| model | eager ms | none ms | tvm ms | dnnfusion ms | dnnfusion vs none | dnnfusion vs tvm | max rel err (none/tvm/dnnf) | compile s (none/tvm/dnnf) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| model | eager ms | none ms | tvm ms | dnnfusion ms | dnnfusion vs none | dnnfusion vs tvm | max rel err (none/tvm/dnnf) | compile s (none/tvm/dnnf) | GEMM epilogue hooked ms | inlined vs hooked |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     g_none, g_tvm = [], []
     for r in rows:
         d = r["dnnfusion"]["ms"]
@@ -131,7 +142,8 @@ def main():
         print(f"| {r['model']} | {r['eager']['ms']:.1f} | {r['none']['ms']:.1f} | {r['tvm']['ms']:.1f} | {d:.1f} "
               f"| {r['none']['ms'] / d:.2f}x | {r['tvm']['ms'] / d:.2f}x "
               f"| {r['none']['rel_err']:.0e}/{r['tvm']['rel_err']:.0e}/{r['dnnfusion']['rel_err']:.0e} "
-              f"| {r['none']['compile_s']:.1f}/{r['tvm']['compile_s']:.1f}/{r['dnnfusion']['compile_s']:.1f} |")
+              f"| {r['none']['compile_s']:.1f}/{r['tvm']['compile_s']:.1f}/{r['dnnfusion']['compile_s']:.1f} "
+              f"| {r['dnnfusion_hook']['ms']:.1f} | {r['dnnfusion_hook']['ms'] / d:.2f}x |")
     gm = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))
     print(f"\ngeomean gain: dnnfusion vs none {gm(g_none):.2f}x, dnnfusion vs tvm {gm(g_tvm):.2f}x")
     print(f"written {path}")

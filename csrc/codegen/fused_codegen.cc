@@ -1,6 +1,7 @@
 #include "codegen/fused_codegen.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -8,6 +9,7 @@
 #include <sstream>
 
 #include "codegen/expr_rules.h"
+#include "codegen/kernel_templates.h"
 #include "codegen/view_compose.h"
 #include "common/error.h"
 #include "ecg/op_registry.h"
@@ -213,6 +215,26 @@ uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// Names a generated function's text (written with the placeholder `FN`) by its content hash and
+// records it: identical functions (same shapes, same ops: the layers of a transformer) are emitted
+// once.
+std::string add_named_function(const std::string& text, std::map<std::string, std::string>& functions) {
+  char hname[32];
+  std::snprintf(hname, sizeof hname, "dnnf_%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  std::string out;
+  for (size_t pos = 0;;) {
+    const size_t f = text.find("FN", pos);
+    if (f == std::string::npos) {
+      out += text.substr(pos);
+      break;
+    }
+    out += text.substr(pos, f - pos) + hname;
+    pos = f + 2;
+  }
+  functions.emplace(hname, out);
+  return hname;
+}
+
 // Pointer-table positions of the values a generated function reads or writes.
 struct ArgTable {
   std::vector<int> values;
@@ -410,22 +432,7 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
     fn << "#pragma GCC ivdep\n    for (int64_t j = 0; j < n_; ++j) {\n" << inner_body.str() << stores.str() << "    }\n";
     fn << "    i_ += n_;\n  }\n}\n";
   }
-  std::string text = fn.str();
-  // Identical functions (same shapes, same ops: e.g. the layers of a transformer) are emitted once.
-  char hname[32];
-  std::snprintf(hname, sizeof hname, "dnnf_%016llx", static_cast<unsigned long long>(fnv1a(text)));
-  std::string out;
-  for (size_t pos = 0;;) {
-    size_t f = text.find("FN", pos);
-    if (f == std::string::npos) {
-      out += text.substr(pos);
-      break;
-    }
-    out += text.substr(pos, f - pos) + hname;
-    pos = f + 2;
-  }
-  functions.emplace(hname, out);
-  return hname;
+  return add_named_function(fn.str(), functions);
 }
 
 bool is_f32(const Graph& g, int v) { return v >= 0 && g.value(v).dtype == DType::Float32; }
@@ -524,6 +531,75 @@ bool free_merge(const Graph& g, const std::vector<int>& block, int cand) {
   }
   return true;
 }
+
+namespace {
+
+// Emits a function that runs GEMM node `dn` through the kernel template of
+// kernels/cpu/gemm_template.h with the block's epilogue `epi_name` inlined into the micro-kernel's
+// store (the epilogue reads its operands from the same pointer table `args`); `target` is the
+// buffer the epilogue's results go to. Operands come from `views` (slot -> strided leaf) or are the
+// node's contiguous inputs. Returns the function's name, or "" when the node's bias form is one the
+// template does not cover (then the library kernel with the epilogue hook runs instead).
+std::string emit_template_gemm(const Graph& g, const Node& dn, const std::vector<runtime::Step::InputView>& views,
+                               const std::string& epi_name, int target, ArgTable& args,
+                               std::map<std::string, std::string>& functions) {
+  const bool has_bias = dn.op == "addmm" || dn.op == "baddbmm";
+  if (!has_bias && dn.op != "mm" && dn.op != "bmm") return "";
+  const size_t a = has_bias ? 1 : 0;
+  const auto& as = g.value(dn.inputs[a]).shape;
+  const auto& bs = g.value(dn.inputs[a + 1]).shape;
+  const bool batched = as.size() == 3;
+  const int64_t batch = batched ? as[0] : 1, M = as[as.size() - 2], K = as.back(), N = bs.back();
+  const double alpha = has_bias ? dn.attr_float("alpha", 1.0) : 1.0;
+  const double beta = has_bias ? dn.attr_float("beta", 1.0) : 0.0;
+  int bias_arg = -1;
+  if (has_bias && beta != 0.0) {
+    const auto& b = g.value(dn.inputs[0]);
+    if (beta != 1.0 || b.numel() != N || !(b.shape.size() == 1 || b.shape.back() == N)) return "";
+    bias_arg = args.index_of(dn.inputs[0]);
+  }
+  struct Operand {
+    int arg;
+    int64_t offset, batch_stride, rs, cs;
+  };
+  auto operand = [&](size_t slot) {
+    for (const auto& v : views)
+      if (static_cast<size_t>(v.slot) == slot) {
+        const size_t r = v.strides.size();
+        return Operand{args.index_of(v.value), v.offset, r == 3 ? v.strides[0] : 0, v.strides[r - 2], v.strides[r - 1]};
+      }
+    const auto& sh = g.value(dn.inputs[slot]).shape;
+    const int64_t rows = sh[sh.size() - 2], cols = sh.back();
+    return Operand{args.index_of(dn.inputs[slot]), 0, rows * cols, cols, 1};
+  };
+  const Operand A = operand(a), B = operand(a + 1);
+  const int c_arg = args.index_of(target);
+  auto ptr = [](const Operand& o) {
+    return "static_cast<const float*>(p[" + std::to_string(o.arg) + "]) + " + std::to_string(o.offset);
+  };
+  // The epilogue's body again, as an always-inlined static function: the micro-kernel's store loop
+  // must see it (an out-of-line call per tile row costs up to 10% on short-K GEMMs).
+  std::string epi_text = functions.at(epi_name);
+  const std::string head = "extern \"C\" void " + epi_name + "(";
+  const size_t at = epi_text.find(head);
+  DNNF_CHECK(at != std::string::npos, "generated epilogue ", epi_name, " not found");
+  epi_text.replace(at, head.size(), "static inline __attribute__((always_inline)) void FN_epi_body(");
+  std::ostringstream fn;
+  fn << epi_text
+     << "namespace {\nstruct FN_epilogue {\n  const void* const* p;\n"
+     << "  void operator()(float* v, int64_t start, int count) const { FN_epi_body(p, v, start, count); }\n};\n}  // namespace\n"
+     << "extern \"C\" void FN(const void* const* p, const dnnf_parallel* par) {\n"
+     << "  dnnf_gemm::gemm(" << batch << ", " << M << ", " << N << ", " << K << ",\n"
+     << "                  dnnf_gemm::Mat{" << ptr(A) << ", " << A.rs << ", " << A.cs << "}, " << A.batch_stride << ",\n"
+     << "                  dnnf_gemm::Mat{" << ptr(B) << ", " << B.rs << ", " << B.cs << "}, " << B.batch_stride << ",\n"
+     << "                  static_cast<float*>(const_cast<void*>(p[" << c_arg << "])), " << N << ", " << M * N << ",\n"
+     << "                  " << (bias_arg >= 0 ? "static_cast<const float*>(p[" + std::to_string(bias_arg) + "])" : std::string("nullptr"))
+     << ", " << (bias_arg >= 0 ? "dnnf_gemm::kBiasPerCol" : "dnnf_gemm::kNoBias") << ", " << float_literal(alpha)
+     << ", 0.f, FN_epilogue{p}, par);\n}\n";
+  return add_named_function(fn.str(), functions);
+}
+
+}  // namespace
 
 bool can_fuse(const Graph& g, int id) {
   const Node& n = g.node(id);
@@ -741,19 +817,44 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
             for (int in : dn.inputs)
               if (in >= 0 && in != prologue_value && (!produced_in_block(in) || mat.count(in))) s.reads.push_back(in);
             for (int a : args.values) s.reads.push_back(a);
+            // GEMMs with an epilogue instantiate the kernel template with the epilogue inlined.
+            std::string gemm_name;
+            if (epilogue_target >= 0 && prologue_value < 0 && std::getenv("DNNFUSION_NO_GEMM_TEMPLATE") == nullptr) {
+              gemm_name = emit_template_gemm(g, dn, s.input_views, epi_name, epilogue_target, args, functions);
+              if (!gemm_name.empty()) {
+                s.kind = runtime::Step::Kind::Generated;
+                s.args = args.values;
+                s.input_views.clear();
+                s.reads.clear();
+                for (int v : args.values)
+                  if (v != epilogue_target) s.reads.push_back(v);
+                s.label = "block " + std::to_string(bi) + ": " + dn.op + "<epilogue> " + gemm_name;
+                uses_gemm_template_ = true;
+              }
+            }
             const int out_target = epilogue_target >= 0 ? epilogue_target : store_target;
-            for (size_t slot = 0; slot < g.node(d).outputs.size(); ++slot)
-              s.writes.push_back(slot == 0 && out_target >= 0 ? out_target : g.node(d).outputs[slot]);
+            if (!gemm_name.empty())
+              s.writes = {epilogue_target};
+            else
+              for (size_t slot = 0; slot < g.node(d).outputs.size(); ++slot)
+                s.writes.push_back(slot == 0 && out_target >= 0 ? out_target : g.node(d).outputs[slot]);
             const size_t global = step_base + steps.size();
             steps.push_back(std::move(s));
             if (out_target >= 0)
               aliases.push_back(runtime::Alias{d_out, out_target, 0, static_cast<int>(global)});
-            rep.steps.push_back(std::string(prologue_value >= 0 ? "prologue+" : "") + "kernel" +
-                                (epilogue_target >= 0 ? "+epilogue" : "") + (store_target >= 0 ? "+strided store" : ""));
-            resolvers.push_back([&prog, global, pro_name, epi_name](const JitModule& m) {
-              if (!pro_name.empty()) prog.steps[global].prologue = reinterpret_cast<runtime::HookFn>(m.symbol(pro_name));
-              if (!epi_name.empty()) prog.steps[global].epilogue = reinterpret_cast<runtime::HookFn>(m.symbol(epi_name));
-            });
+            rep.steps.push_back(!gemm_name.empty() ? "gemm template+inlined epilogue"
+                                                   : std::string(prologue_value >= 0 ? "prologue+" : "") + "kernel" +
+                                                         (epilogue_target >= 0 ? "+epilogue" : "") +
+                                                         (store_target >= 0 ? "+strided store" : ""));
+            if (!gemm_name.empty())
+              resolvers.push_back([&prog, global, gemm_name](const JitModule& m) {
+                prog.steps[global].fn = reinterpret_cast<runtime::GeneratedFn>(m.symbol(gemm_name));
+              });
+            else
+              resolvers.push_back([&prog, global, pro_name, epi_name](const JitModule& m) {
+                if (!pro_name.empty()) prog.steps[global].prologue = reinterpret_cast<runtime::HookFn>(m.symbol(pro_name));
+                if (!epi_name.empty()) prog.steps[global].epilogue = reinterpret_cast<runtime::HookFn>(m.symbol(epi_name));
+              });
             // 3. values after it
             for (int v : post)
               if (v != epilogue_target && v != store_target) emit_value(v);
@@ -805,6 +906,7 @@ void CodegenUnit::compile() {
   if (functions_.empty()) return;
   std::ostringstream src;
   src << generated_prelude();
+  if (uses_gemm_template_) src << gemm_template_source();
   for (const auto& [name, text] : functions_) src << "\n" << text;
   JitModule module = jit_compile(src.str());
   for (auto& r : resolvers_)

@@ -65,6 +65,7 @@ class CodegenUnit {
 
  private:
   std::map<std::string, std::string> functions_;
+  bool uses_gemm_template_ = false;  // the unit instantiates kernels/cpu/gemm_template.h
   std::vector<std::unique_ptr<CodegenResult>> results_;
   std::vector<std::function<void(const JitModule&)>> resolvers_;
 };

@@ -1,5 +1,8 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -43,6 +46,8 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
   if (program.steps.empty() && !g.nodes().empty()) program = default_program(g);
   module_ = program.module;
   stats_.blocks = program.blocks;
+  const char* prof = std::getenv("DNNFUSION_STEP_PROFILE");
+  profile_steps_ = prof && *prof && std::strcmp(prof, "0") != 0;
   const int nv = static_cast<int>(g.values().size());
   loc_.assign(static_cast<size_t>(nv), Loc{});
   std::vector<int> root(static_cast<size_t>(nv));
@@ -169,7 +174,25 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
   arena_size_ = static_cast<size_t>(scratch_offset_ + scratch + 64);
 }
 
-Executable::~Executable() { std::free(arena_); }
+Executable::~Executable() {
+  if (profile_steps_ && calls_ > 1) {
+    // Where the time went, per step (for profile evidence: which kernels dominate, what fusion saved).
+    std::vector<std::pair<double, const Bound*>> t;
+    double total = 0;
+    for (const Bound& b : steps_)
+      if (!b.skip) t.emplace_back(b.total_ns, &b), total += b.total_ns;
+    std::sort(t.begin(), t.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::fprintf(stderr, "[dnnfusion] step profile: %lld calls, %.3f ms per call, %zu steps\n",
+                 static_cast<long long>(calls_), total / 1e6 / static_cast<double>(calls_), t.size());
+    for (size_t i = 0; i < t.size() && i < 30; ++i) {
+      const Step& s = t[i].second->step;
+      std::string label = s.label.empty() && s.node >= 0 ? graph_.describe_node(s.node) : s.label;
+      std::fprintf(stderr, "  %8.3f ms %5.1f%%  %s\n", t[i].first / 1e6 / static_cast<double>(calls_),
+                   100.0 * t[i].first / std::max(total, 1.0), label.c_str());
+    }
+  }
+  std::free(arena_);
+}
 
 void* Executable::resolve(const Loc& l, const std::vector<const void*>& in, const std::vector<void*>& out) const {
   const char* base = nullptr;
@@ -193,8 +216,16 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
   }
   void* scratch = static_cast<char*>(arena_) + scratch_offset_;
   dnnf_parallel par{pool_, pool_parallel_for};
+  ++calls_;
   for (Bound& b : steps_) {
     if (b.skip) continue;
+    struct StepTimer {  // only when profiling: adds the step's wall time on every exit path
+      double* into;
+      std::chrono::steady_clock::time_point t0;
+      ~StepTimer() {
+        if (into) *into += std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      }
+    } timer{profile_steps_ ? &b.total_ns : nullptr, profile_steps_ ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{}};
     const Step& s = b.step;
     for (size_t i = 0; i < s.args.size(); ++i) b.ptrs[i] = resolve(loc_[s.args[i]], inputs, outputs);
     if (s.kind == Step::Kind::Generated) {

@@ -65,6 +65,7 @@ class Executable {
     std::vector<const void*> ptrs;  // pointer table of step.args, refilled per call
     kernels::ElementHook epi, pro;
     std::vector<std::vector<int64_t>> in_strides;  // per node input, from step.input_views
+    double total_ns = 0;  // DNNFUSION_STEP_PROFILE=1: time spent in this step over all calls
   };
   void* resolve(const Loc& l, const std::vector<const void*>& in, const std::vector<void*>& out) const;
 
@@ -75,6 +76,8 @@ class Executable {
   std::shared_ptr<void> module_;
   ExecStats stats_;
   std::mutex run_mu_;
+  bool profile_steps_ = false;  // $DNNFUSION_STEP_PROFILE: time each step, print the top ones at exit
+  int64_t calls_ = 0;
   void* arena_ = nullptr;
   size_t arena_size_ = 0;
   int64_t scratch_offset_ = 0;

@@ -346,7 +346,9 @@ TEST(RewriteMergeParallelGemms, QueryKeyValueProjectionsBecomeOneGemmAndSlices) 
     addmms += n.op == "addmm";
     slices += n.op == "slice";
     cats += n.op == "cat";
-    if (n.op == "addmm" && g.value(n.outputs[0]).shape[1] == 12) EXPECT_EQ(g.value(n.inputs[1]).id, g.inputs()[0]);
+    if (n.op == "addmm" && g.value(n.outputs[0]).shape[1] == 12) {
+      EXPECT_EQ(g.value(n.inputs[1]).id, g.inputs()[0]);
+    }
   }
   EXPECT_EQ(addmms, 2);  // the merged q/k/v GEMM [6, 12] and the relu one
   EXPECT_EQ(slices, 3);
