@@ -12,6 +12,9 @@
 #include "codegen/yellow_profiler.h"
 #include "codegen/view_compose.h"
 #include "fusion/profile_db.h"
+#include "layout/choose_conv_schemes.h"
+#include "layout/propagate_blocked_layout.h"
+#include "layout/tuning_db.h"
 #include "rewrite/apply_math_rules.h"
 #include "rewrite/eliminate_common_subexpressions.h"
 #include "rewrite/fold_batchnorm.h"
@@ -58,6 +61,14 @@ std::pair<int, int> adjacent_pair(const ecg::Graph& g, const std::vector<int>& b
 }
 
 }  // namespace
+
+CompileOptions::Layout parse_layout_mode(const std::string& s) {
+  if (s == "global") return CompileOptions::Layout::Global;
+  if (s == "local") return CompileOptions::Layout::Local;
+  if (s == "convs-only") return CompileOptions::Layout::ConvsOnly;
+  if (s == "off") return CompileOptions::Layout::Off;
+  DNNF_THROW("unknown layout mode '", s, "' (valid: global, local, convs-only, off)");
+}
 
 Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
   const bool debug = env_on("DNNFUSION_DEBUG");
@@ -128,6 +139,42 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       run_pass("merge_parallel_gemms", counting(rewrite::merge_parallel_gemms, "GEMMs merged", "merge parallel GEMMs (X·[W1 W2])"));
       run_pass("fold_constants", fold);
     }
+  }
+  if (opts.layout != CompileOptions::Layout::Off) {
+    run_pass("propagate_blocked_layout", [&](PassRecord& rec) {
+      std::unique_ptr<layout::TuningDb> tdb;
+      if (!opts.tuning_db.empty())
+        tdb = std::make_unique<layout::TuningDb>(opts.tuning_db == "<default>" ? layout::TuningDb::default_path()
+                                                                               : opts.tuning_db);
+      auto& pool = runtime::shared_pool(opts.threads);
+      layout::ChooseOptions co;
+      co.tune = opts.tune && tdb;
+      co.global_search = opts.layout != CompileOptions::Layout::Local;
+      co.db = tdb.get();
+      co.par = &pool;
+      co.threads = pool.num_threads();
+      const layout::ConvSchemes schemes = layout::choose_conv_schemes(g, co);
+      layout::LayoutStats st;
+      g = layout::propagate_blocked_layout(g, schemes.fn(), &st, opts.layout != CompileOptions::Layout::ConvsOnly);
+      result.convs_blocked = st.convs_blocked;
+      result.layout_to_blocked = st.to_blocked;
+      result.layout_to_plain = st.to_plain;
+      result.layout_reblocked = st.reblocked;
+      result.layout_propagated = st.ops_propagated;
+      result.layout_method = schemes.report.method();
+      result.convs_tuned_now = schemes.report.tuned_now;
+      rec.changed = st.convs_blocked > 0;
+      rec.detail = std::to_string(st.convs_blocked) + " convs NCHW[x]c (" + result.layout_method + "), transforms " +
+                   std::to_string(st.to_blocked) + " in / " + std::to_string(st.to_plain) + " out / " +
+                   std::to_string(st.reblocked) + " re-block, " + std::to_string(st.ops_propagated) + " ops propagated";
+    });
+    run_pass("fold_constants", fold);  // packs the conv weights once
+    run_pass("remove_noops", [&](PassRecord& rec) {
+      int n = 0;
+      g = rewrite::remove_noops(g, &n);
+      rec.changed = n > 0;
+      rec.detail = std::to_string(n) + " no-ops removed";
+    });
   }
   result.ops_after_rewrite = static_cast<int>(g.nodes().size());
   fusion::PlanHooks hooks;

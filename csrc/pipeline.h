@@ -18,7 +18,15 @@ struct CompileOptions {
   int threads = 0;  // <= 0: one per physical core
   fusion::Mode fusion = fusion::Mode::DnnFusion;
   bool profile = true;  // measure yellow fusion cells (profile database); false: yellow never fuses
+  // NCHW[x]c convolutions (csrc/layout). Global: blocks chosen by global search when the tuning
+  // database has every candidate; Local: each conv its own fastest blocks (ablation); ConvsOnly:
+  // transforms around every conv, no propagation (ablation); Off: NCHW everywhere.
+  enum class Layout { Global, Local, ConvsOnly, Off } layout = Layout::Global;
+  bool tune = false;       // measure conv candidates the tuning database lacks (progress bar)
+  std::string tuning_db = "<default>";  // path; "" = no database (heuristic knobs, nothing measured)
 };
+// Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::Error naming the valid ones.
+CompileOptions::Layout parse_layout_mode(const std::string& s);
 
 struct PassRecord {
   std::string name;
@@ -43,6 +51,10 @@ struct Compiled {
   double codegen_compile_ms = 0;  // system compiler time (0 when the kernel cache had it)
   bool codegen_cache_hit = false;
   std::string generated_source_path;
+  // Layout report (csrc/layout).
+  int convs_blocked = 0, layout_to_blocked = 0, layout_to_plain = 0, layout_reblocked = 0, layout_propagated = 0;
+  std::string layout_method;       // how the conv schemes were chosen (SchemeReport::method)
+  int convs_tuned_now = 0;         // (workload, block pair) entries measured by this compile
 };
 
 Compiled compile_graph(ecg::Graph g, const CompileOptions& opts);

@@ -6,7 +6,8 @@ Importing this package registers nothing with Dynamo a second time.
 """
 from .options import VALID_OPTIONS
 from .explain import explain, ExplainReport
+from .prune import prune, PruneReport  # dnnfusion.prune is the function; the package is dnnfusion.prune.*
 
-__all__ = ["explain", "ExplainReport", "VALID_OPTIONS"]
+__all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "prune", "PruneReport"]
 __version__ = "0.1.0"
 

@@ -1,8 +1,9 @@
 """The torch.compile backend: ``torch.compile(model, backend="dnnfusion", options={...})``.
 
-Dynamo graph -> aot_autograd inference graph (functional ATen) with parameters and buffers frozen
-(they arrive as graph inputs; Dynamo marks them static) -> lowering.lower(), which hands the
-supported regions to the C++ core and leaves the rest as eager ATen calls.
+Dynamo graph -> [options prune: channel pruning of the Dynamo graph, prune/compile_pass.py] ->
+aot_autograd inference graph (functional ATen) with parameters and buffers frozen (they arrive as
+graph inputs; Dynamo marks them static) -> lowering.lower(), which hands the supported regions to
+the C++ core and leaves the rest as eager ATen calls.
 """
 import collections
 import threading
@@ -56,6 +57,7 @@ def _compile_static(gm, example_inputs, opts, report):
         frozen = {}
         if len(placeholders) == len(example_inputs):
             frozen = {placeholders[i]: t for i, t in real.items()}
+            report.frozen_numel = sum(t.numel() for t in frozen.values())
         else:
             report.notes.append("parameters not frozen: aot graph inputs do not line up with Dynamo's")
         # aot_autograd calls us under its fake mode; the core needs the real weights.
@@ -77,6 +79,39 @@ def _compile_static(gm, example_inputs, opts, report):
         inference_compiler=inference_compiler,
         keep_inference_input_mutations=True,
     )
+
+
+def _compile_pruned(gm, example_inputs, opts, report):
+    """options={"prune": r}: prunes the Dynamo graph (calibrated on the example inputs; a recompile
+    of the same model, e.g. for another shape, reuses the first plan) and compiles the pruned graph
+    on the pruned weights. Dynamo keeps passing the original parameters (its guards hold them), so
+    the returned function swaps in the pruned tensors at their positions. Whatever goes wrong, the
+    graph is compiled unpruned with a warning and a report note."""
+    from .prune.compile_pass import prune_graph
+
+    try:
+        pg = prune_graph(gm, example_inputs, _static_indices(gm), opts.prune)
+        compiled = _compile_static(pg.gm, pg.inputs, opts, report)
+    except Exception as e:
+        if "no C++ compiler" in str(e):  # a set-up problem the user must fix
+            raise
+        _warn_once(("prune", type(e).__name__), f"dnnfusion: prune={opts.prune} not applied ({e}); compiling unpruned")
+        report.notes.append(f"prune={opts.prune} not applied, compiled unpruned: {e}")
+        report.prune = None
+        for part in (report.ops_total, report.ops_core, report.fallbacks, report.regions):
+            part.clear()  # a half-compiled pruned graph must not count
+        return _compile_static(gm, example_inputs, opts, report)
+    report.prune = pg.report
+    report.notes.append(pg.summary())
+    swap = sorted(pg.replaced.items())
+
+    def run_pruned(*args):
+        args = list(args)
+        for i, t in swap:
+            args[i] = t
+        return compiled(*args)
+
+    return run_pruned
 
 
 class _PerShapeCompiled:
@@ -111,7 +146,10 @@ class _PerShapeCompiled:
             rep = GraphReport()
             rep.notes.append(f"specialized for input signature {key}")
             try:
-                fn = _compile_static(self.gm, list(args), self.opts, rep)
+                if self.opts.prune is not None:
+                    fn = _compile_pruned(self.gm, list(args), self.opts, rep)
+                else:
+                    fn = _compile_static(self.gm, list(args), self.opts, rep)
             except Exception as e:  # never fail the user's call: run this shape eagerly
                 _warn_once(("shape", type(e).__name__), f"dnnfusion: compiling for a new shape failed ({e}); running eagerly")
                 fn = self.gm.forward
@@ -136,12 +174,17 @@ def dnnfusion_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **
             "Call it under torch.no_grad() or torch.inference_mode().",
         )
         report.notes.append("grad enabled: whole graph runs eagerly")
+        if opts.prune is not None:
+            report.notes.append(f"prune={opts.prune} not applied: grad enabled (the model runs eagerly, unpruned)")
         publish(report)
         return gm.forward
     if _is_symbolic(gm, example_inputs):
         report.notes.append("dynamic shapes: compiled per concrete input shape at run time")
         publish(report)
         return _PerShapeCompiled(gm, opts, report)
-    compiled = _compile_static(gm, example_inputs, opts, report)
+    if opts.prune is not None:
+        compiled = _compile_pruned(gm, example_inputs, opts, report)
+    else:
+        compiled = _compile_static(gm, example_inputs, opts, report)
     publish(report)
     return compiled

@@ -148,6 +148,23 @@ class ExplainReport:
             lines.append(f"  fused graph drawn to           : {self.graph_file}")
         return lines
 
+    def _layout_lines(self):
+        regs = self.regions
+        convs = sum(r.get("convs_blocked", 0) for r in regs)
+        if not any("convs_blocked" in r for r in regs):
+            return []
+        tr = [sum(r.get("layout_transforms", (0, 0, 0))[i] for r in regs) for i in range(3)]
+        methods = sorted({r.get("layout_method") for r in regs if r.get("convs_blocked")})
+        lines = ["", "layout (NCHW[x]c):"]
+        lines.append(f"  convolutions blocked           : {convs}"
+                     + (f" (schemes: {', '.join(methods)})" if methods else ""))
+        lines.append(f"  activation transforms          : {tr[0]} to blocked, {tr[1]} to NCHW, {tr[2]} re-blocked")
+        lines.append(f"  ops running on blocked tensors : {sum(r.get('layout_propagated', 0) for r in regs)}")
+        tuned = sum(r.get("convs_tuned_now", 0) for r in regs)
+        if tuned:
+            lines.append(f"  conv workloads tuned now       : {tuned} (stored in the tuning database)")
+        return lines
+
     def __str__(self):
         lines = ["dnnfusion.explain", "================="]
         lines.append(f"graphs compiled        : {len(self.graphs)}")
@@ -175,6 +192,7 @@ class ExplainReport:
         else:
             lines.append("fallback ops: none")
         lines.extend(self._fusion_lines())
+        lines.extend(self._layout_lines())
         if self.notes:
             lines.append("")
             lines.append("notes:")

@@ -280,7 +280,8 @@ class Lowerer:
         metas = [r.meta["val"] for r in results]
         g.set_outputs(out_ids)
         strides = [list(m.stride()) if not m.is_contiguous() else [] for m in metas]
-        handle = _C.compile(g, self.opts.threads, strides, self.opts.fusion, self.opts.profile)
+        handle = _C.compile(g, self.opts.threads, strides, self.opts.fusion, self.opts.profile,
+                            self.opts.layout, self.opts.tune, self.opts.tuning_db)
         return handle, run_inputs, metas
 
 

@@ -1,4 +1,5 @@
 """Validation of ``torch.compile(..., options={...})`` for the dnnfusion backend."""
+import numbers
 from dataclasses import dataclass
 
 # Every option the backend understands, with what it accepts. Options of later capabilities
@@ -7,9 +8,18 @@ VALID_OPTIONS = {
     "threads": "positive int: worker threads of the core (default: one per physical core)",
     "fusion": "'dnnfusion' (default) | 'tvm' | 'none': operator-fusion planner",
     "profile": "bool: measure yellow fusion cells into the profile database (default True; False: never fuse them)",
+    "layout": "True (= 'global', default) | 'local' | 'convs-only' | False (= 'off'): NCHW[x]c convolutions with "
+              "layout propagation; 'local' skips the global block search, 'convs-only' transforms around every "
+              "conv (ablations); off runs NCHW everywhere",
+    "tune": "bool: measure the convolution candidates the tuning database lacks and store them (default False)",
+    "tuning_db": "str: tuning database file (default $DNNFUSION_TUNING_DB or ~/.cache/dnnfusion/tuning_db.txt); "
+                 "'' = none (heuristic kernel knobs)",
+    "prune": "float in (0, 1) or None: AukC channel pruning of that fraction at compile time, calibrated on the "
+             "example inputs (default None: off)",
 }
 
 FUSION_MODES = ("dnnfusion", "tvm", "none")
+LAYOUT_MODES = ("global", "local", "convs-only", "off")
 
 
 @dataclass(frozen=True)
@@ -17,6 +27,10 @@ class Options:
     threads: int = 0
     fusion: str = "dnnfusion"
     profile: bool = True
+    layout: str = "global"
+    tune: bool = False
+    tuning_db: str = "<default>"
+    prune: float = None  # None: no compile-time pruning
 
 
 def parse_options(options) -> Options:
@@ -37,4 +51,22 @@ def parse_options(options) -> Options:
     profile = options.get("profile", True)
     if not isinstance(profile, bool):
         raise ValueError(f"dnnfusion: option 'profile' must be True or False, got {profile!r}")
-    return Options(threads=threads, fusion=fusion, profile=profile)
+    layout = options.get("layout", True)
+    if isinstance(layout, bool):
+        layout = "global" if layout else "off"
+    if layout not in LAYOUT_MODES:
+        raise ValueError(f"dnnfusion: option 'layout' must be True, False or one of {list(LAYOUT_MODES)}, got {layout!r}")
+    tune = options.get("tune", False)
+    if not isinstance(tune, bool):
+        raise ValueError(f"dnnfusion: option 'tune' must be True or False, got {tune!r}")
+    tuning_db = options.get("tuning_db", "<default>")
+    if not isinstance(tuning_db, str):
+        raise ValueError(f"dnnfusion: option 'tuning_db' must be a file path (str), got {tuning_db!r}")
+    prune = options.get("prune", None)
+    if prune is not None:
+        if isinstance(prune, bool) or not isinstance(prune, numbers.Real) or not 0.0 < prune < 1.0:
+            raise ValueError(f"dnnfusion: option 'prune' must be a float in (0, 1) (the fraction of channels "
+                             f"removed) or None, got {prune!r}")
+        prune = float(prune)
+    return Options(threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
+                   prune=prune)

@@ -13,6 +13,8 @@ class GraphReport:
     fallbacks: dict = field(default_factory=dict)  # ATen op -> {reason: count}
     regions: list = field(default_factory=list)  # stats dicts from the core, one per region
     notes: list = field(default_factory=list)  # whole-graph events (eager fallback, recompiles)
+    prune: object = None  # PruneReport of the compile-time pass (options={"prune": r}), None if not applied
+    frozen_numel: int = 0  # elements of the parameters/buffers handed to lowering as compile-time constants
 
     def add_fallback(self, op, reason):
         self.fallbacks.setdefault(op, collections.Counter())[reason] += 1

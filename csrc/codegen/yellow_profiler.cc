@@ -1,5 +1,7 @@
 #include "codegen/yellow_profiler.h"
 
+#include "common/progress.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -131,14 +133,7 @@ double time_us(runtime::Executable& exe, const std::vector<const void*>& in, con
   return t[t.size() / 2];
 }
 
-void progress(size_t done, size_t total) {
-  const int width = 30;
-  const int filled = total ? static_cast<int>(width * done / total) : width;
-  std::fprintf(stderr, "\r[dnnfusion] profiling yellow fusion cells [%.*s%*s] %zu/%zu", filled,
-               "##############################", width - filled, "", done, total);
-  if (done == total) std::fprintf(stderr, "\n");
-  std::fflush(stderr);
-}
+void progress(size_t done, size_t total) { progress_bar("profiling yellow fusion cells", done, total); }
 
 }  // namespace
 

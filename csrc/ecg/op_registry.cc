@@ -93,6 +93,13 @@ std::vector<OpInfo> build_table() {
   add("gather", M::OneToMany, P::Injective, true, none(), F::None);
   // ---- Many-to-Many ----
   add("convolution", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::Convolution);
+  // NCHW[x]c convolution (csrc/layout): input [N][C/x][H][W][x], weight packed by the op below.
+  add("conv2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
+  // Pooling on NCHW[x]c activations (csrc/layout), attributes as max_pool2d / avg_pool2d.
+  add("max_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
+  add("avg_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
+  // KCRS -> packed weight of conv2d_nchwc; only ever sees compile-time operands (constant-folded).
+  add("conv2d_nchwc_pack_weight", M::Shuffle, P::Opaque, false, none(), F::None);
   add("addmm", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::MatMul);
   add("mm", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::MatMul);
   add("bmm", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::MatMul);
@@ -149,6 +156,12 @@ int64_t node_flops(const Graph& g, const Node& n) {
     case FlopModel::None: return 0;
     case FlopModel::PerOutput: return static_cast<int64_t>(info->flops_per_element * static_cast<double>(out_numel()));
     case FlopModel::PerInput: return static_cast<int64_t>(info->flops_per_element * static_cast<double>(in_numel()));
+    case FlopModel::ConvolutionBlocked: {
+      int64_t per_out = 2;
+      const auto w = n.attr_ints("weight_shape");  // the original [K, C/groups, R, S]
+      for (size_t i = 1; i < w.size(); ++i) per_out *= w[i];
+      return per_out * out_numel();
+    }
     case FlopModel::Convolution: {
       const auto& w = g.value(n.inputs[1]).shape;  // [K, C/groups, R, S...]
       int64_t per_out = 2;

@@ -36,6 +36,7 @@ enum class FlopModel : int8_t {
   PerOutput,    // flops_per_element * numel(output 0)
   PerInput,     // flops_per_element * numel(input 0)
   Convolution,  // 2 * N*K*OH*OW * C/groups*R*S
+  ConvolutionBlocked,  // the same, from the attribute weight_shape (the weight operand is packed)
   MatMul,       // 2 * M*N*K with batch
   Attention,    // 4 * B*H*Lq*Lk*D
   Pool,         // kernel area * numel(output 0)

@@ -3,25 +3,15 @@
 // first compile on a machine measures and later ones (or other machines of the same kind, sharing
 // the file) look up. This file stores and retrieves; measuring is the pipeline's business.
 //
-// On-disk format (text, one entry per line, versioned and checksummed):
-//   dnnfusion-profile-db <version>
-//   entries <count> checksum <16 hex digits, FNV-1a 64 over the entry lines>
-//   <key> TAB <fused_us> TAB <separate_us>
-// Precondition: keys contain no tab or newline (make_key replaces them). Postconditions: a missing
-// file is an empty database; an unreadable or inconsistent one prints
-//   dnnfusion: profile database <path> is corrupt (<why>); rebuilding it
-// on stderr, starts empty and is overwritten by the next save(). save() is atomic (temporary file
-// + rename) and merges with what other processes saved meanwhile (under an advisory file lock):
-// entries this object stored win, all others on disk are kept. All member functions are
-// thread-safe.
+// Storage (format, corruption handling, atomic merging saves, thread safety): common/
+// keyed_file_store.h, with magic "dnnfusion-profile-db" and rows <fused_us> <separate_us>.
 #pragma once
 #include <cstdint>
-#include <map>
-#include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
+
+#include "common/keyed_file_store.h"
 
 namespace dnnfusion::fusion {
 
@@ -52,7 +42,7 @@ class ProfileDb {
   // Loads `path` (see the header comment for missing and corrupt files).
   explicit ProfileDb(std::string path);
 
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return store_.path(); }
   std::optional<Entry> lookup(const std::string& key) const;
   void store(const std::string& key, Entry e);
   size_t size() const;
@@ -61,14 +51,7 @@ class ProfileDb {
   void save();
 
  private:
-  // Parses `text`; on failure returns false with `why` set and leaves `out` unspecified.
-  static bool parse(const std::string& text, std::map<std::string, Entry>* out, std::string* why);
-  static std::string serialize(const std::map<std::string, Entry>& entries);
-
-  std::string path_;
-  mutable std::mutex mu_;
-  std::map<std::string, Entry> entries_;
-  std::set<std::string> stored_;  // keys this object wrote: they override the disk on save
+  KeyedFileStore store_;
 };
 
 }  // namespace dnnfusion::fusion

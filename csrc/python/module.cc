@@ -17,6 +17,7 @@
 #include "ecg/op_registry.h"
 #include "kernels/cpu/cpu_features.h"
 #include "pipeline.h"
+#include "prune/channel_scores.h"
 #include "runtime/op_kernels.h"
 #include "runtime/thread_pool.h"
 
@@ -110,7 +111,8 @@ std::shared_ptr<Region> get_region(int64_t h) {
 }
 
 int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<int64_t>>& out_strides,
-                       const std::string& fusion, bool profile) {
+                       const std::string& fusion, bool profile, const std::string& layout, bool tune,
+                       const std::string& tuning_db) {
   auto r = std::make_shared<Region>();
   r->keep_alive = pg.keep_alive;
   r->out_strides = out_strides;
@@ -118,6 +120,9 @@ int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<i
   opts.threads = threads;
   opts.fusion = fusion::parse_mode(fusion);
   opts.profile = profile;
+  opts.layout = parse_layout_mode(layout);
+  opts.tune = tune;
+  opts.tuning_db = tuning_db;
   r->compiled = compile_graph(pg.g, opts);
   int64_t h = g_next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lk(g_regions_mu);
@@ -197,6 +202,11 @@ py::dict region_stats(int64_t h) {
   d["edge_rules"] = c.edge_rules;
   d["generated_functions"] = c.generated_functions;
   d["codegen_compile_ms"] = c.codegen_compile_ms;
+  d["convs_blocked"] = c.convs_blocked;
+  d["layout_transforms"] = py::make_tuple(c.layout_to_blocked, c.layout_to_plain, c.layout_reblocked);
+  d["layout_propagated"] = c.layout_propagated;
+  d["layout_method"] = c.layout_method;
+  d["convs_tuned_now"] = c.convs_tuned_now;
   d["codegen_cache_hit"] = c.codegen_cache_hit;
   d["generated_source"] = c.generated_source_path;
   py::list blocks;
@@ -251,6 +261,61 @@ std::string check_support(const std::string& op, const std::vector<py::object>& 
   }
 }
 
+
+// ---- pruning scores (csrc/prune): float32 CPU tensors cross as pointer + shape, no copies ----
+const float* prune_f32(const at::Tensor& t, int64_t dim, const char* what) {
+  if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous() || t.dim() != dim)
+    throw py::value_error(std::string("dnnfusion.prune: ") + what + " must be a contiguous float32 CPU tensor of rank " +
+                          std::to_string(dim));
+  return t.data_ptr<float>();
+}
+
+void bind_prune(py::module_& m) {
+  m.def("prune_orthogonality", [](const at::Tensor& w) {
+    const float* p = prune_f32(w, 2, "weight matrix");
+    at::Tensor out = at::empty({w.size(0)}, at::kFloat);
+    prune::orthogonality_scores(p, w.size(0), w.size(1), out.data_ptr<float>());
+    return out;
+  });
+  m.def("prune_row_l2", [](const at::Tensor& w) {
+    const float* p = prune_f32(w, 2, "weight matrix");
+    at::Tensor out = at::empty({w.size(0)}, at::kFloat);
+    prune::row_l2_norms(p, w.size(0), w.size(1), out.data_ptr<float>());
+    return out;
+  });
+  m.def("prune_row_l1", [](const at::Tensor& w) {
+    const float* p = prune_f32(w, 2, "weight matrix");
+    at::Tensor out = at::empty({w.size(0)}, at::kFloat);
+    prune::row_l1_norms(p, w.size(0), w.size(1), out.data_ptr<float>());
+    return out;
+  });
+  m.def("prune_accumulate_abs", [](const at::Tensor& x, at::Tensor& acc) {
+    const float* p = prune_f32(x, 3, "activation (outer, channels, inner)");
+    if (acc.scalar_type() != at::kDouble || !acc.is_contiguous() || acc.dim() != 1 || acc.size(0) != x.size(1))
+      throw py::value_error("dnnfusion.prune: accumulator must be a contiguous float64 vector of length channels");
+    prune::accumulate_channel_abs_sum(p, x.size(0), x.size(1), x.size(2), acc.data_ptr<double>());
+  });
+  m.def("prune_rank", [](const at::Tensor& v) {
+    const float* p = prune_f32(v, 1, "score vector");
+    at::Tensor out = at::empty({v.size(0)}, at::kFloat);
+    prune::rank_transform(p, v.size(0), out.data_ptr<float>());
+    return out;
+  });
+  m.def("prune_combined", [](const at::Tensor& orth, const at::Tensor& l2, const at::Tensor& act, double omega, double lam) {
+    const int64_t n = orth.numel();
+    if (l2.numel() != n || act.numel() != n) throw py::value_error("dnnfusion.prune: criteria vectors differ in length");
+    at::Tensor out = at::empty({n}, at::kFloat);
+    prune::combined_score(prune_f32(orth, 1, "orthogonality"), prune_f32(l2, 1, "l2"), prune_f32(act, 1, "activation l1"),
+                          n, omega, lam, out.data_ptr<float>());
+    return out;
+  });
+  m.def("prune_keep_count", &prune::keep_count);
+  m.def("prune_select_keep", [](const at::Tensor& scores, int64_t keep) {
+    return prune::select_keep(prune_f32(scores, 1, "score vector"), scores.size(0), keep);
+  });
+}
+// ---- end pruning scores ----
+
 }  // namespace
 
 TORCH_LIBRARY(dnnfusion, m) {
@@ -290,7 +355,8 @@ PYBIND11_MODULE(_C, m) {
       .def("num_nodes", [](const PyGraph& pg) { return pg.g.nodes().size(); });
   m.def("compile", &compile_region, py::arg("graph"), py::arg("threads") = 0,
         py::arg("out_strides") = std::vector<std::vector<int64_t>>{}, py::arg("fusion") = "dnnfusion",
-        py::arg("profile") = true);
+        py::arg("profile") = true, py::arg("layout") = "global", py::arg("tune") = false,
+        py::arg("tuning_db") = "<default>");
   m.def("release", [](int64_t h) {
     std::lock_guard<std::mutex> lk(g_regions_mu);
     g_regions.erase(h);
@@ -322,4 +388,5 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("physical_cores", &runtime::physical_core_count);
   m.def("isa", []() { return std::string(kernels::isa_name(kernels::active_isa())); });
+  bind_prune(m);  // pruning scores (csrc/prune)
 }

@@ -5,9 +5,11 @@
 #include "common/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/normalization.h"
 #include "kernels/cpu/pooling.h"
+#include "kernels/cpu/pooling_nchwc.h"
 #include "kernels/cpu/softmax.h"
 #include "runtime/op_kernels.h"
 
@@ -70,6 +72,82 @@ void run_conv(KernelCall& c) {
   int b = c.n.input_or_absent(2);
   kernels::conv2d_nchw(conv_shape(c.g, c.n), fin(c, 0), fin(c, 1), b >= 0 ? fin(c, 2) : nullptr, fout(c, 0),
                        kernels::Activation::None, c.scratch, c.par, c.epilogue);
+}
+
+// ---- NCHW[x]c convolution (csrc/layout puts these in) ----
+// The layout pass keeps the original conv attributes and adds ic_bn/oc_bn/reg_n/unroll_ker,
+// in_channels and weight_shape ([K, C/groups, R, S]). The activation is [N, C/ic_bn, H, W, ic_bn].
+kernels::Conv2dShape nchwc_conv_shape(const Graph& g, const Node& n, bool with_input) {
+  const auto ws = n.attr_ints("weight_shape");
+  auto stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0}), dil = n.attr_ints("dilation", {1});
+  kernels::Conv2dShape s{};
+  s.C = n.attr_int("in_channels");
+  s.K = ws.at(0);
+  s.R = ws.at(2);
+  s.S = ws.at(3);
+  s.stride_h = at_or(stride, 0, 1);
+  s.stride_w = at_or(stride, 1, 1);
+  s.pad_h = at_or(pad, 0, 0);
+  s.pad_w = at_or(pad, 1, 0);
+  s.dil_h = at_or(dil, 0, 1);
+  s.dil_w = at_or(dil, 1, 1);
+  s.groups = n.attr_int("groups", 1);
+  if (with_input) {
+    const auto& x = shp(g, n.inputs[0]);
+    s.N = x[0];
+    s.H = x[2];
+    s.W = x[3];
+  } else {  // packing depends on channels and taps only: any input the kernel covers will do
+    s.N = 1;
+    s.H = (s.R - 1) * s.dil_h + 1;
+    s.W = (s.S - 1) * s.dil_w + 1;
+  }
+  return s;
+}
+
+kernels::ConvNchwcKnobs nchwc_knobs(const Node& n) {
+  kernels::ConvNchwcKnobs k;
+  k.ic_bn = static_cast<int>(n.attr_int("ic_bn"));
+  k.oc_bn = static_cast<int>(n.attr_int("oc_bn"));
+  k.reg_n = static_cast<int>(n.attr_int("reg_n"));
+  k.unroll_ker = n.attr_int("unroll_ker", 0) != 0;
+  return k;
+}
+
+std::string check_conv_nchwc_common(const Graph& g, const Node& n, bool with_input) {
+  if (n.attr_ints("weight_shape", {}).size() != 4) return n.op + " without a 4-D weight_shape attribute";
+  try {
+    const auto s = nchwc_conv_shape(g, n, with_input);
+    const auto k = nchwc_knobs(n);
+    kernels::conv_nchwc_check(s, k, kernels::active_isa());
+    int64_t wn = 1;
+    for (auto d : n.attr_ints("weight_shape")) wn *= d;
+    if (kernels::conv_nchwc_packed_weight_floats(s, k) != wn)
+      return n.op + ": channel blocks must divide the channels (packed weight size differs from the weight's)";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return f32_only(g, n);
+}
+
+std::string check_conv_nchwc(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  if (x.size() != 5 || x[4] != n.attr_int("ic_bn", -1) || x[1] * x[4] != n.attr_int("in_channels", -1))
+    return "conv2d_nchwc input is not [N, C/ic_bn, H, W, ic_bn]";
+  return check_conv_nchwc_common(g, n, true);
+}
+
+std::string check_pack_weight(const Graph& g, const Node& n) { return check_conv_nchwc_common(g, n, false); }
+
+void run_conv_nchwc(KernelCall& c) {
+  const int b = c.n.input_or_absent(2);
+  kernels::conv2d_nchwc(nchwc_conv_shape(c.g, c.n, true), nchwc_knobs(c.n), fin(c, 0), fin(c, 1),
+                        b >= 0 ? fin(c, 2) : nullptr, nullptr, kernels::Activation::None, fout(c, 0), c.par,
+                        c.epilogue ? *c.epilogue : kernels::ElementHook{});
+}
+
+void run_pack_weight(KernelCall& c) {
+  kernels::conv_nchwc_pack_weight(nchwc_conv_shape(c.g, c.n, false), nchwc_knobs(c.n), fin(c, 0), fout(c, 0));
 }
 
 // ---- GEMM family ----
@@ -248,6 +326,43 @@ void run_avg_pool(KernelCall& c) {
                            c.epilogue);
 }
 
+// Pooling on NCHW[b]c activations [N, C/b, H, W, b] (csrc/layout): the NCHW problem's shape
+// with C = C/b * b; same attributes as the NCHW ops.
+kernels::Pool2dShape pool_nchwc_shape(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  const auto& y = shp(g, n.outputs[0]);
+  auto ks = n.attr_ints("kernel_size");
+  auto st = n.attr_ints("stride", {});
+  if (st.empty()) st = ks;
+  auto pd = n.attr_ints("padding", {0});
+  auto dl = n.attr_ints("dilation", {1});
+  return kernels::Pool2dShape{x[0], x[1] * x[4], x[2], x[3], y[2], y[3], at_or(ks, 0, 1), at_or(ks, 1, 1),
+                              at_or(st, 0, 1), at_or(st, 1, 1), at_or(pd, 0, 0), at_or(pd, 1, 0),
+                              at_or(dl, 0, 1), at_or(dl, 1, 1)};
+}
+
+std::string check_pool_nchwc(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  const auto& y = shp(g, n.outputs[0]);
+  if (x.size() != 5 || y.size() != 5 || x[4] != y[4] || x[1] != y[1] || x[0] != y[0])
+    return n.op + " expects [N, C/b, H, W, b] input and output with the same blocks";
+  if (n.op == "avg_pool2d_nchwc" && n.attr_ints("dilation", {1}) != std::vector<int64_t>{1} &&
+      n.attr_ints("dilation", {1}) != std::vector<int64_t>{1, 1})
+    return "avg_pool2d_nchwc with dilation";
+  return f32_only(g, n);
+}
+
+void run_max_pool_nchwc(KernelCall& c) {
+  kernels::max_pool2d_nchwc(pool_nchwc_shape(c.g, c.n), shp(c.g, c.n.inputs[0])[4], fin(c, 0), fout(c, 0), c.par,
+                            c.epilogue);
+}
+
+void run_avg_pool_nchwc(KernelCall& c) {
+  const int64_t div = c.n.has_attr("divisor_override") ? c.n.attr_int("divisor_override") : 0;
+  kernels::avg_pool2d_nchwc(pool_nchwc_shape(c.g, c.n), shp(c.g, c.n.inputs[0])[4], fin(c, 0), fout(c, 0),
+                            c.n.attr_int("count_include_pad", 1) != 0, div, c.par, c.epilogue);
+}
+
 void run_adaptive_avg_pool(KernelCall& c) {
   const auto& x = shp(c.g, c.n.inputs[0]);
   const auto& y = shp(c.g, c.n.outputs[0]);
@@ -321,6 +436,8 @@ void run_softmax(KernelCall& c) {
 void register_nn_ops(KernelTable& t) {
   // Trailing flags: {epilogue_hook, prologue_hook}, set only where run() passes the hook on.
   t.emplace_back("convolution", OpKernel{check_conv, conv_scratch, run_conv, nullptr, true, false});
+  t.emplace_back("conv2d_nchwc", OpKernel{check_conv_nchwc, nullptr, run_conv_nchwc, nullptr, true, false});
+  t.emplace_back("conv2d_nchwc_pack_weight", OpKernel{check_pack_weight, nullptr, run_pack_weight, nullptr});
   for (const char* op : {"addmm", "mm", "bmm", "baddbmm"})
     t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr, true, false,
                                 std::string(op) == "addmm" || std::string(op) == "baddbmm" ? 0b110u : 0b011u});
@@ -330,6 +447,8 @@ void register_nn_ops(KernelTable& t) {
                  OpKernel{check_sdpa, sdpa_scratch, run_sdpa, nullptr, false, false, 0b111u, true});
   t.emplace_back("max_pool2d_with_indices", OpKernel{check_pool, nullptr, run_max_pool, nullptr, true, false});
   t.emplace_back("avg_pool2d", OpKernel{check_pool, nullptr, run_avg_pool, nullptr, true, false});
+  t.emplace_back("max_pool2d_nchwc", OpKernel{check_pool_nchwc, nullptr, run_max_pool_nchwc, nullptr, true, false});
+  t.emplace_back("avg_pool2d_nchwc", OpKernel{check_pool_nchwc, nullptr, run_avg_pool_nchwc, nullptr, true, false});
   t.emplace_back("_adaptive_avg_pool2d", OpKernel{check_pool, nullptr, run_adaptive_avg_pool, nullptr, true, false});
   t.emplace_back("_native_batch_norm_legit_no_training", OpKernel{check_batch_norm, nullptr, run_batch_norm, nullptr});
   t.emplace_back("native_layer_norm", OpKernel{check_layer_norm, nullptr, run_layer_norm, nullptr, true, true});

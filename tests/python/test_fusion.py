@@ -81,7 +81,10 @@ def test_explain_fusion_section_and_drawing(tmp_path):
     m = fresh_block()
     x = torch.randn(2, 8, 6, 6)
     svg = tmp_path / "fused.svg"
-    rep = dnnfusion.explain(m, x, graph=str(svg), options={"profile": False})
+    # NCHW layouts: this compares the fusion planners on the same kernels. With NCHW[x]c on, the
+    # dnnfusion plan of this block materializes one [2, 8, 6, 6] tensor more than tvm's (the
+    # transform back to NCHW before the flatten lands outside a block) — a known gap, see RESULTS.md.
+    rep = dnnfusion.explain(m, x, graph=str(svg), options={"profile": False, "layout": False})
     text = str(rep)
     for needle in ("fusion (mode 'dnnfusion')", "ops imported / after rewriting", "rewrite rules applied",
                    "IRS bytes materialized", "per mode", "fused blocks", "Many-to-Many", "compile time"):

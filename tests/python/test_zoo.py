@@ -1,6 +1,7 @@
 """End to end: every zoo model compiled with backend="dnnfusion" matches eager within
 max|out - ref| <= 2e-4 * max|ref|, and at least 90% of its ATen ops (by count) run in the core —
-in each fusion mode (none / tvm / dnnfusion) at batch 1, and in the default mode at batch 4."""
+in each fusion mode (none / tvm / dnnfusion) at batch 1, and in the default mode at batch 4; mode
+none with NCHW layouts, the others with NCHW[x]c convolutions."""
 import pytest
 import torch
 
@@ -39,7 +40,8 @@ def check_model(model, inputs, options=None):
     return report, worst
 
 
-CASES = [(1, m) for m in ("none", "tvm", "dnnfusion")] + [(4, "dnnfusion")]
+# Mode none also runs NCHW everywhere (layout off): the other cases run NCHW[x]c convolutions.
+CASES = [(1, "none"), (1, "tvm"), (1, "dnnfusion"), (4, "dnnfusion")]
 
 
 @pytest.mark.parametrize("batch,mode", CASES, ids=[f"b{b}-{m}" for b, m in CASES])
@@ -47,7 +49,7 @@ CASES = [(1, m) for m in ("none", "tvm", "dnnfusion")] + [(4, "dnnfusion")]
 def test_zoo_model_matches_eager(name, batch, mode):
     model, make_inputs = zoo.build(name)
     inputs = make_inputs(batch)
-    report, worst = check_model(model, inputs, {"fusion": mode})
+    report, worst = check_model(model, inputs, {"fusion": mode, "layout": mode != "none"})
     fallbacks = {op: dict(r) for op, r in report.fallbacks.items()}
     print(f"\n{name} batch {batch} fusion {mode}: {report.n_core}/{report.n_total} ATen ops in the core "
           f"({100 * report.coverage:.1f}%), max rel error {worst:.2e}, kernels/call {report.kernels_per_call}, "

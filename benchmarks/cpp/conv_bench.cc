@@ -1,0 +1,369 @@
+// Kernel-efficiency benchmark of the NCHW[x]c direct convolution (kernels/cpu/conv_nchwc) against
+// the implicit-im2col conv2d_nchw, on every distinct convolution of ResNet-50 (batch 1, 224x224),
+// with the runtime's ThreadPool. First measures the machine's fp32 FMA peak with the same thread
+// count (independent FMA chains, AVX-512 when the CPU has it), then per layer prints GFLOP/s and
+// % of that peak for: conv2d_nchw, conv2d_nchwc with the default knobs, and conv2d_nchwc with the
+// best knobs of a small local search (coordinate descent over the candidate knobs, the winner
+// re-timed afterwards so its number carries no selection bias). Layout
+// transforms and weight packing are not timed (they happen once per model / between blocks).
+// Each configuration is checked against conv2d_nchw (max abs difference printed).
+//
+// Then the GEMMs of bert-base (batch 1, sequence 128: fused QKV projection, attention output,
+// FFN up/down, and the per-head attention bmm's) through kernels::sgemm / sgemm_batched with the
+// bias epilogue, in GFLOP/s and % of the same peak.
+//
+//   dnnfusion_conv_bench [THREADS=2]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <immintrin.h>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm.h"
+#include "runtime/thread_pool.h"
+
+namespace {
+
+using dnnfusion::kernels::Activation;
+using dnnfusion::kernels::Conv2dShape;
+using dnnfusion::kernels::ConvNchwcKnobs;
+using dnnfusion::kernels::Isa;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// FMA-throughput loops: 24 (AVX-512) / 12 (AVX2) independent accumulator chains, more than
+// latency x FMA ports on current x86 cores, so the loop is throughput-bound. Returns flops done.
+__attribute__((target("avx512f"), noinline)) double fma_loop_avx512(int64_t iters, float* sink) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(0.001f * i);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  }
+  __m512 s = acc[0];
+  for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
+  *sink = _mm512_reduce_add_ps(s);
+  return 2.0 * 16 * 24 * static_cast<double>(iters);
+}
+
+__attribute__((target("avx2,fma"), noinline)) double fma_loop_avx2(int64_t iters, float* sink) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(0.001f * i);
+  const __m256 a = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  }
+  __m256 s = acc[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, acc[i]);
+  alignas(32) float t[8];
+  _mm256_store_ps(t, s);
+  *sink = t[0] + t[7];
+  return 2.0 * 8 * 12 * static_cast<double>(iters);
+}
+
+double measure_peak(dnnfusion::runtime::ThreadPool& pool, const char** how) {
+  const bool avx512 = dnnfusion::kernels::isa_supported(Isa::Avx512);
+  const bool avx2 = dnnfusion::kernels::isa_supported(Isa::Avx2);
+  *how = avx512 ? "avx512 zmm FMA" : avx2 ? "avx2 ymm FMA" : "none (no FMA unit)";
+  if (!avx512 && !avx2) return 0.0;
+  const int T = pool.num_threads();
+  double best = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    // Each thread times its own loop, so waking the pool is not charged to the FMA units; the
+    // threads run concurrently (one chunk each), so shared clocks/power limits are included.
+    std::vector<double> rate(static_cast<size_t>(T));
+    std::vector<float> sink(static_cast<size_t>(T) * 16);
+    const int64_t iters = 30'000'000;
+    pool.parallel_for(T, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const auto t0 = Clock::now();
+        const double f =
+            avx512 ? fma_loop_avx512(iters, &sink[t * 16]) : fma_loop_avx2(iters, &sink[t * 16]);
+        rate[t] = f / seconds_since(t0) * 1e-9;
+      }
+    });
+    double total = 0;
+    for (double r : rate) total += r;
+    best = std::max(best, total);
+  }
+  return best;
+}
+
+// Median seconds of fn over enough runs for ~0.25 s (at least 5), after one warm-up run.
+double time_median(const std::function<void()>& fn) {
+  fn();
+  const auto t0 = Clock::now();
+  fn();
+  const double once = std::max(seconds_since(t0), 1e-7);
+  const int reps = std::clamp(static_cast<int>(0.25 / once), 5, 200);
+  std::vector<double> ts;
+  for (int r = 0; r < reps; ++r) {
+    const auto t1 = Clock::now();
+    fn();
+    ts.push_back(seconds_since(t1));
+  }
+  std::sort(ts.begin(), ts.end());
+  return ts[ts.size() / 2];
+}
+
+struct Layer {
+  const char* name;
+  Conv2dShape s;
+};
+
+Conv2dShape conv(int64_t C, int64_t HW, int64_t K, int64_t RS, int64_t stride, int64_t pad) {
+  return {1, C, HW, HW, K, RS, RS, stride, stride, pad, pad, 1, 1, 1};
+}
+
+// Every distinct convolution of torchvision's resnet50 (stride on the 3x3 of each first block,
+// "v1.5"), batch 1, 224x224 input.
+const Layer kLayers[] = {
+    {"conv1 7x7/2 3->64 @224", conv(3, 224, 64, 7, 2, 3)},
+    {"l1 1x1 64->64 @56", conv(64, 56, 64, 1, 1, 0)},
+    {"l1 3x3 64->64 @56", conv(64, 56, 64, 3, 1, 1)},
+    {"l1 1x1 64->256 @56", conv(64, 56, 256, 1, 1, 0)},
+    {"l1 1x1 256->64 @56", conv(256, 56, 64, 1, 1, 0)},
+    {"l2 1x1 256->128 @56", conv(256, 56, 128, 1, 1, 0)},
+    {"l2 3x3/2 128->128 @56", conv(128, 56, 128, 3, 2, 1)},
+    {"l2 1x1 128->512 @28", conv(128, 28, 512, 1, 1, 0)},
+    {"l2 ds 1x1/2 256->512 @56", conv(256, 56, 512, 1, 2, 0)},
+    {"l2 1x1 512->128 @28", conv(512, 28, 128, 1, 1, 0)},
+    {"l2 3x3 128->128 @28", conv(128, 28, 128, 3, 1, 1)},
+    {"l3 1x1 512->256 @28", conv(512, 28, 256, 1, 1, 0)},
+    {"l3 3x3/2 256->256 @28", conv(256, 28, 256, 3, 2, 1)},
+    {"l3 1x1 256->1024 @14", conv(256, 14, 1024, 1, 1, 0)},
+    {"l3 ds 1x1/2 512->1024 @28", conv(512, 28, 1024, 1, 2, 0)},
+    {"l3 1x1 1024->256 @14", conv(1024, 14, 256, 1, 1, 0)},
+    {"l3 3x3 256->256 @14", conv(256, 14, 256, 3, 1, 1)},
+    {"l4 1x1 1024->512 @14", conv(1024, 14, 512, 1, 1, 0)},
+    {"l4 3x3/2 512->512 @14", conv(512, 14, 512, 3, 2, 1)},
+    {"l4 1x1 512->2048 @7", conv(512, 7, 2048, 1, 1, 0)},
+    {"l4 ds 1x1/2 1024->2048 @14", conv(1024, 14, 2048, 1, 2, 0)},
+    {"l4 1x1 2048->512 @7", conv(2048, 7, 512, 1, 1, 0)},
+    {"l4 3x3 512->512 @7", conv(512, 7, 512, 3, 1, 1)},
+};
+
+std::string knobs_str(const ConvNchwcKnobs& k) {
+  char b[64];
+  std::snprintf(b, sizeof b, "ic%d oc%d rn%d %s", k.ic_bn, k.oc_bn, k.reg_n, k.unroll_ker ? "U" : "-");
+  return b;
+}
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  return dnnfusion::kernels::cpu_brand();
+}
+
+// One layer's data in NCHW plus the blocked copies for the knobs being timed.
+struct Bench {
+  const Conv2dShape& s;
+  dnnfusion::runtime::ThreadPool& pool;
+  std::vector<float> x, w, bias, y_ref;
+  double flops;
+
+  Bench(const Conv2dShape& shape, dnnfusion::runtime::ThreadPool& p, std::mt19937_64& rng)
+      : s(shape), pool(p) {
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    auto fill = [&](std::vector<float>& v, int64_t n) {
+      v.resize(static_cast<size_t>(n));
+      for (auto& e : v) e = d(rng);
+    };
+    fill(x, s.N * s.C * s.H * s.W);
+    fill(w, s.K * s.C * s.R * s.S);
+    fill(bias, s.K);
+    y_ref.resize(static_cast<size_t>(s.N * s.K * s.OH() * s.OW()));
+    flops = 2.0 * s.N * s.K * s.OH() * s.OW() * s.C * s.R * s.S;
+  }
+
+  double time_nchw() {
+    return time_median([&] {
+      dnnfusion::kernels::conv2d_nchw(s, x.data(), w.data(), bias.data(), y_ref.data(),
+                                      Activation::Relu, nullptr, pool);
+    });
+  }
+
+  // Seconds for one conv2d_nchwc call with knobs k; *err = max |y - y_ref|.
+  double time_nchwc(const ConvNchwcKnobs& k, double* err) {
+    namespace K = dnnfusion::kernels;
+    std::vector<float> xb(static_cast<size_t>(K::nchwc_floats(s.N, s.C, s.H, s.W, k.ic_bn)));
+    K::nchw_to_nchwc(x.data(), s.N, s.C, s.H, s.W, k.ic_bn, xb.data(), pool);
+    std::vector<float> pw(static_cast<size_t>(K::conv_nchwc_packed_weight_floats(s, k)));
+    K::conv_nchwc_pack_weight(s, k, w.data(), pw.data());
+    std::vector<float> yb(static_cast<size_t>(K::nchwc_floats(s.N, s.K, s.OH(), s.OW(), k.oc_bn)));
+    const double t = time_median([&] {
+      K::conv2d_nchwc(s, k, xb.data(), pw.data(), bias.data(), nullptr, Activation::Relu,
+                      yb.data(), pool);
+    });
+    std::vector<float> y(y_ref.size());
+    K::nchwc_to_nchw(yb.data(), s.N, s.K, s.OH(), s.OW(), k.oc_bn, y.data(), pool);
+    double e = 0;
+    for (size_t i = 0; i < y.size(); ++i) e = std::max(e, static_cast<double>(std::fabs(y[i] - y_ref[i])));
+    *err = e;
+    return t;
+  }
+};
+
+// Coordinate descent over the candidate knobs: starting from the default, for each knob in turn
+// try every value some candidate has (others fixed at the best so far), two passes.
+ConvNchwcKnobs local_search(Bench& b, double* best_t, double* err, int* tried) {
+  const Isa isa = dnnfusion::kernels::active_isa();
+  const auto cands = dnnfusion::kernels::conv_nchwc_candidate_knobs(b.s, isa);
+  ConvNchwcKnobs best = cands.front();
+  std::vector<std::pair<ConvNchwcKnobs, double>> seen;
+  auto eval = [&](const ConvNchwcKnobs& k) {
+    for (auto& [kk, t] : seen)
+      if (kk == k) return t;
+    double e = 0;
+    const double t = b.time_nchwc(k, &e);
+    seen.emplace_back(k, t);
+    if (t < *best_t || seen.size() == 1) {
+      *best_t = t;
+      *err = e;
+    }
+    return t;
+  };
+  *best_t = 1e30;
+  eval(best);
+  for (int pass = 0; pass < 2; ++pass)
+    for (int dim = 0; dim < 4; ++dim) {
+      ConvNchwcKnobs cur = best;
+      double cur_t = eval(best);
+      for (const auto& c : cands) {
+        ConvNchwcKnobs k = best;
+        if (dim == 0) k.oc_bn = c.oc_bn, k.reg_n = std::min(k.reg_n, dnnfusion::kernels::conv_nchwc_max_reg_n(isa, c.oc_bn));
+        if (dim == 1) k.ic_bn = c.ic_bn;
+        if (dim == 2) k.reg_n = c.reg_n;
+        if (dim == 3) k.unroll_ker = c.unroll_ker;
+        if (b.s.groups > 1) k.ic_bn = k.oc_bn;
+        if (std::find(cands.begin(), cands.end(), k) == cands.end()) continue;
+        const double t = eval(k);
+        if (t < cur_t) cur = k, cur_t = t;
+      }
+      best = cur;
+    }
+  *tried = static_cast<int>(seen.size());
+  return best;
+}
+
+struct GemmLayer {
+  const char* name;
+  int64_t batch, M, N, K;
+};
+
+// bert-base at batch 1, sequence 128 (hidden 768, 12 heads of 64, FFN 3072).
+const GemmLayer kBertGemms[] = {
+    {"qkv proj 128x768 * 768x2304", 1, 128, 2304, 768},
+    {"attn out 128x768 * 768x768", 1, 128, 768, 768},
+    {"ffn up 128x768 * 768x3072", 1, 128, 3072, 768},
+    {"ffn down 128x3072 * 3072x768", 1, 128, 768, 3072},
+    {"scores 12 x 128x64 * 64x128", 12, 128, 128, 64},
+    {"context 12 x 128x128 * 128x64", 12, 128, 64, 128},
+};
+
+void gemm_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19937_64& rng) {
+  namespace K = dnnfusion::kernels;
+  std::printf("\n# bert-base GEMMs (batch 1, seq 128), kernels::sgemm%s with bias epilogue, median time\n",
+              "/sgemm_batched");
+  std::printf("%-32s %9s | %8s %5s\n", "layer", "MFLOP", "GFLOP/s", "%pk");
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  double flops_all = 0, t_all = 0;
+  for (const auto& L : kBertGemms) {
+    std::vector<float> a(static_cast<size_t>(L.batch * L.M * L.K)), b(static_cast<size_t>(L.batch * L.K * L.N)),
+        bias(static_cast<size_t>(L.N)), c(static_cast<size_t>(L.batch * L.M * L.N));
+    for (auto* v : {&a, &b, &bias})
+      for (auto& e : *v) e = d(rng);
+    K::GemmEpilogue ep;
+    ep.bias = bias.data();
+    ep.bias_mode = K::GemmEpilogue::Bias::PerCol;
+    const double t = time_median([&] {
+      if (L.batch == 1)
+        K::sgemm(L.M, L.N, L.K, {a.data(), L.K, 1}, {b.data(), L.N, 1}, c.data(), L.N, ep, pool);
+      else
+        K::sgemm_batched(L.batch, L.M, L.N, L.K, {a.data(), L.K, 1}, L.M * L.K, {b.data(), L.N, 1}, L.K * L.N,
+                         c.data(), L.N, L.M * L.N, ep, pool);
+    });
+    const double flops = 2.0 * L.batch * L.M * L.N * L.K;
+    const double gf = flops / t * 1e-9;
+    std::printf("%-32s %9.1f | %8.1f %5.1f\n", L.name, flops * 1e-6, gf, peak > 0 ? 100 * gf / peak : 0.0);
+    flops_all += flops;
+    t_all += t;
+  }
+  std::printf("# bert-base GEMMs, flop-weighted: %.1f GFLOP/s = %.1f%% of peak\n", flops_all / t_all * 1e-9,
+              peak > 0 ? 100 * flops_all / t_all * 1e-9 / peak : 0.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  dnnfusion::runtime::ThreadPool pool(threads);
+  const Isa isa = dnnfusion::kernels::active_isa();
+  const char* how = "";
+  const double peak = measure_peak(pool, &how);
+  std::printf("# conv kernel efficiency: conv2d_nchw (im2col GEMM) vs conv2d_nchwc (NCHW[x]c direct)\n");
+  std::printf("# machine: %s, %d threads, kernels ISA %s\n", cpu_model().c_str(), threads,
+              dnnfusion::kernels::isa_name(isa));
+  std::printf("# measured fp32 FMA peak (%s, %d threads): %.1f GFLOP/s\n", how, threads, peak);
+  std::printf("# batch 1, ReLU epilogue, bias; median time; layout transforms / weight packing untimed\n");
+  std::printf("%-28s %9s | %8s %5s | %8s %5s | %8s %5s %-18s %4s | %8s\n", "layer", "MFLOP",
+              "nchw", "%pk", "nchwc-df", "%pk", "nchwc-tn", "%pk", "tuned knobs", "#try", "maxerr");
+  std::mt19937_64 rng(12345);
+  double sum3_def = 0, sum3_tun = 0, sum3_nchw = 0;
+  int n3 = 0;
+  double tot_nchw = 0, tot_def = 0, tot_tun = 0, tot_flops = 0;
+  for (const auto& L : kLayers) {
+    Bench b(L.s, pool, rng);
+    const double t_nchw = b.time_nchw();
+    double err_def = 0, err_tun = 0, t_tun = 0;
+    const double t_def =
+        b.time_nchwc(dnnfusion::kernels::conv_nchwc_default_knobs(L.s, isa), &err_def);
+    int tried = 0;
+    const ConvNchwcKnobs best = local_search(b, &t_tun, &err_tun, &tried);
+    // The search's best time is the minimum of many noisy medians (biased low): re-time it.
+    t_tun = b.time_nchwc(best, &err_tun);
+    auto gf = [&](double t) { return b.flops / t * 1e-9; };
+    auto pk = [&](double t) { return peak > 0 ? 100.0 * gf(t) / peak : 0.0; };
+    std::printf("%-28s %9.1f | %8.1f %5.1f | %8.1f %5.1f | %8.1f %5.1f %-18s %4d | %8.1e\n", L.name,
+                b.flops * 1e-6, gf(t_nchw), pk(t_nchw), gf(t_def), pk(t_def), gf(t_tun), pk(t_tun),
+                knobs_str(best).c_str(), tried, std::max(err_def, err_tun));
+    std::fflush(stdout);
+    if (L.s.R == 3) {
+      sum3_nchw += pk(t_nchw);
+      sum3_def += pk(t_def);
+      sum3_tun += pk(t_tun);
+      ++n3;
+    }
+    tot_nchw += t_nchw;
+    tot_def += t_def;
+    tot_tun += t_tun;
+    tot_flops += b.flops;
+  }
+  std::printf("# average %% of peak over the %d 3x3 layers: nchw %.1f%%, nchwc default %.1f%%, "
+              "nchwc tuned %.1f%%\n",
+              n3, sum3_nchw / n3, sum3_def / n3, sum3_tun / n3);
+  std::printf("# all %zu layers once each: nchw %.2f ms (%.1f%% pk), nchwc default %.2f ms "
+              "(%.1f%% pk), nchwc tuned %.2f ms (%.1f%% pk)\n",
+              sizeof(kLayers) / sizeof(kLayers[0]), tot_nchw * 1e3,
+              100 * tot_flops / tot_nchw * 1e-9 / peak, tot_def * 1e3,
+              100 * tot_flops / tot_def * 1e-9 / peak, tot_tun * 1e3,
+              100 * tot_flops / tot_tun * 1e-9 / peak);
+  gemm_section(pool, peak, rng);
+  return 0;
+}

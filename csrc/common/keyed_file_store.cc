@@ -1,0 +1,254 @@
+#include "common/keyed_file_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace dnnfusion {
+
+namespace {
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string hex64(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+std::string format_double(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+bool parse_number(const std::string& s, double* out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(s.c_str(), &end);
+  if (errno != 0 || end != s.c_str() + s.size() || !std::isfinite(v) || v < 0) return false;
+  *out = v;
+  return true;
+}
+
+// Whole file, or nullopt if it does not exist / cannot be opened.
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream os;
+  os << in.rdbuf();
+  return os.str();
+}
+
+// Advisory lock that serializes the read-merge-write of concurrent savers (other processes, or
+// other objects on the same file). Without it two savers could each merge the old file and the
+// second rename would drop the first one's entries.
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd_ >= 0) {
+      while (::flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+      }
+    }
+  }
+  ~FileLock() {
+    if (fd_ >= 0) {
+      ::flock(fd_, LOCK_UN);
+      ::close(fd_);
+    }
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+std::string KeyedFileStore::sanitize_key(std::string s) {
+  for (char& c : s)
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  return s;
+}
+
+KeyedFileStore::KeyedFileStore(std::string path, std::string what, std::string magic, int version, size_t fields)
+    : path_(std::move(path)), what_(std::move(what)), magic_(std::move(magic)), version_(version), fields_(fields) {
+  std::optional<std::string> text = read_file(path_);
+  if (!text) return;  // first use on this machine
+  std::string why;
+  if (!parse(*text, &entries_, &why)) {
+    entries_.clear();
+    std::cerr << "dnnfusion: " << what_ << " " << path_ << " is corrupt (" << why << "); rebuilding it" << std::endl;
+  }
+}
+
+std::optional<KeyedFileStore::Row> KeyedFileStore::lookup(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return std::nullopt;
+  return it->second;
+}
+
+void KeyedFileStore::store(const std::string& key, Row row) {
+  const std::string k = sanitize_key(key);
+  DNNF_CHECK(!k.empty(), what_, " keys must not be empty");
+  DNNF_CHECK(row.size() == fields_, what_, " rows have ", fields_, " numbers, got ", row.size());
+  for (double v : row)
+    DNNF_CHECK(std::isfinite(v) && v >= 0, what_, " numbers must be finite and non-negative (got ", v, ")");
+  std::lock_guard<std::mutex> lock(mu_);
+  entries_[k] = std::move(row);
+  stored_.insert(k);
+}
+
+size_t KeyedFileStore::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
+
+std::map<std::string, KeyedFileStore::Row> KeyedFileStore::entries() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_;
+}
+
+void KeyedFileStore::save() {
+  std::lock_guard<std::mutex> lock(mu_);
+  namespace fs = std::filesystem;
+  const fs::path target(path_);
+  if (target.has_parent_path()) {
+    std::error_code ec;
+    fs::create_directories(target.parent_path(), ec);
+    if (ec) DNNF_THROW(what_, ": cannot create directory ", target.parent_path().string(), ": ", ec.message());
+  }
+  FileLock file_lock(path_ + ".lock");
+  // Merge: what is on disk now (other processes' measurements) plus ours; our own stores win.
+  std::map<std::string, Row> merged;
+  if (std::optional<std::string> text = read_file(path_)) {
+    std::string why;
+    // A corrupt file was reported when loaded (or was broken since); either way it is replaced.
+    if (!parse(*text, &merged, &why)) merged.clear();
+  }
+  for (const auto& k : stored_) merged[k] = entries_.at(k);
+  for (const auto& kv : entries_) merged.emplace(kv.first, kv.second);
+
+  static std::atomic<unsigned> counter{0};
+  const std::string tmp = path_ + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string data = serialize(merged);
+  {
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) DNNF_THROW(what_, ": cannot write ", tmp, ": ", std::strerror(errno));
+    size_t done = 0;
+    while (done < data.size()) {
+      const ssize_t w = ::write(fd, data.data() + done, data.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        const int err = errno;
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        DNNF_THROW(what_, ": cannot write ", tmp, ": ", std::strerror(err));
+      }
+      done += static_cast<size_t>(w);
+    }
+    // The rename must never expose a file whose data is not on disk yet.
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (std::rename(tmp.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp.c_str());
+    DNNF_THROW(what_, ": cannot replace ", path_, ": ", std::strerror(err));
+  }
+  entries_ = std::move(merged);
+  // Saved: from now on a newer value another process saves for these keys is the one to keep.
+  stored_.clear();
+}
+
+std::string KeyedFileStore::serialize(const std::map<std::string, Row>& entries) const {
+  std::string body;
+  for (const auto& kv : entries) {
+    body += kv.first;
+    for (double v : kv.second) body += "\t" + format_double(v);
+    body += "\n";
+  }
+  return magic_ + " " + std::to_string(version_) + "\nentries " + std::to_string(entries.size()) + " checksum " +
+         hex64(fnv1a(body)) + "\n" + body;
+}
+
+bool KeyedFileStore::parse(const std::string& text, std::map<std::string, Row>* out, std::string* why) const {
+  auto fail = [](std::string* w, std::string msg) {
+    *w = std::move(msg);
+    return false;
+  };
+  out->clear();
+  size_t pos = 0;
+  auto next_line = [&](std::string* line) {
+    if (pos >= text.size()) return false;
+    size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) {
+      *line = text.substr(pos);
+      pos = text.size();
+    } else {
+      *line = text.substr(pos, nl - pos);
+      pos = nl + 1;
+    }
+    return true;
+  };
+  std::string line;
+  if (!next_line(&line)) return fail(why, "empty file");
+  const std::string magic = magic_ + " ";
+  if (line.compare(0, magic.size(), magic) != 0) return fail(why, "not a " + what_ + ": bad header line");
+  if (line.substr(magic.size()) != std::to_string(version_))
+    return fail(why, "unsupported version '" + line.substr(magic.size()) + "'");
+  if (!next_line(&line)) return fail(why, "missing entry count line");
+  unsigned long long count = 0;
+  char sum[17] = {0};
+  int consumed = 0;
+  if (std::sscanf(line.c_str(), "entries %llu checksum %16[0-9a-f]%n", &count, sum, &consumed) != 2 ||
+      static_cast<size_t>(consumed) != line.size() || std::strlen(sum) != 16)
+    return fail(why, "bad entry count line");
+  if (hex64(fnv1a(text.substr(pos))) != sum) return fail(why, "checksum mismatch");
+  size_t n = 0;
+  while (next_line(&line)) {
+    ++n;
+    const std::string where = " on line " + std::to_string(n + 2);
+    std::vector<std::string> cols;
+    for (size_t start = 0;;) {
+      const size_t tab = line.find('\t', start);
+      cols.push_back(line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+      if (tab == std::string::npos) break;
+      start = tab + 1;
+    }
+    if (cols.size() != fields_ + 1 || cols[0].empty()) return fail(why, "malformed entry" + where);
+    Row row(fields_);
+    for (size_t i = 0; i < fields_; ++i)
+      if (!parse_number(cols[i + 1], &row[i])) return fail(why, "bad number" + where);
+    if (!out->emplace(cols[0], std::move(row)).second) return fail(why, "duplicate key" + where);
+  }
+  if (n != count) return fail(why, "expected " + std::to_string(count) + " entries, found " + std::to_string(n));
+  if (!text.empty() && text.back() != '\n' && n > 0) return fail(why, "truncated last line");
+  return true;
+}
+
+}  // namespace dnnfusion

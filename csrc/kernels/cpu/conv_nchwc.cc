@@ -1,0 +1,455 @@
+// NCHW[x]c direct convolution: checks, knob heuristics and tuning space, weight packing, layout
+// transforms, the portable driver (work split, tile sizing, border staging, epilogue hook) and the
+// scalar tiles. The vector tiles live in conv_nchwc_avx2.cc / conv_nchwc_avx512.cc. See
+// conv_nchwc.h for the contract.
+#include "kernels/cpu/conv_nchwc.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "kernels/cpu/conv_nchwc_ukernel.h"
+
+namespace dnnfusion::kernels {
+
+using nchwc_detail::NchwcTile;
+using nchwc_detail::NchwcTileFn;
+
+namespace {
+
+constexpr int kScalarMaxBlock = 64;
+constexpr int kScalarMaxRegN = 32;
+constexpr int kMaxIcBn = 256;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_depthwise(const Conv2dShape& s) { return s.groups > 1 && s.groups == s.C && s.K == s.C; }
+
+// 1x1 without padding: every tap is inside the image, so there are no tap loops and no borders.
+bool is_pointwise(const Conv2dShape& s) { return s.R == 1 && s.S == 1 && s.pad_h == 0 && s.pad_w == 0; }
+
+// Pointwise with stride 1: input position p feeds output position p, so the whole plane is one
+// run and tiles may span output rows.
+bool is_flat(const Conv2dShape& s) {
+  return !is_depthwise(s) && is_pointwise(s) && s.stride_h == 1 && s.stride_w == 1;
+}
+
+inline float act_scalar(float v, Activation act) {
+  if (act == Activation::None) return v;
+  v = v < 0.f ? 0.f : v;  // NaN stays NaN
+  if (act == Activation::Relu6) v = v > 6.f ? 6.f : v;
+  return v;
+}
+
+void scalar_store(const NchwcTile& t, const float* acc) {
+  const int ocb = t.oc_bn;
+  for (int j = 0; j < t.rn; ++j)
+    for (int o = 0; o < ocb; ++o) {
+      float v = acc[j * ocb + o];
+      if (t.bias) v += t.bias[o];
+      if (t.res) v += t.res[j * ocb + o];
+      t.y[j * ocb + o] = act_scalar(v, t.act);
+    }
+}
+
+// Portable tiles: same loop order and contract as the vector ones, run-time rn and oc_bn.
+void scalar_conv_tile(const NchwcTile& t) {
+  float acc[kScalarMaxRegN * kScalarMaxBlock];
+  const int ocb = t.oc_bn, rn = t.rn;
+  std::fill(acc, acc + rn * ocb, 0.f);
+  for (int64_t cb = 0; cb < t.n_cb; ++cb)
+    for (int64_t kh = 0; kh < t.n_kh; ++kh)
+      for (int64_t kw = 0; kw < t.n_kw; ++kw) {
+        const float* xk = t.x + cb * t.x_cb + kh * t.x_kh + kw * t.x_kw;
+        const float* wk = t.w + cb * t.w_cb + kh * t.w_kh + kw * t.ic_bn * ocb;
+        for (int64_t ic = 0; ic < t.ic_bn; ++ic) {
+          const float* wv = wk + ic * ocb;
+          for (int j = 0; j < rn; ++j) {
+            const float xs = xk[j * t.x_pos + ic];
+            float* a = acc + j * ocb;
+            for (int o = 0; o < ocb; ++o) a[o] += xs * wv[o];
+          }
+        }
+      }
+  scalar_store(t, acc);
+}
+
+void scalar_dw_tile(const NchwcTile& t) {
+  float acc[kScalarMaxRegN * kScalarMaxBlock];
+  const int ocb = t.oc_bn, rn = t.rn;
+  std::fill(acc, acc + rn * ocb, 0.f);
+  for (int64_t kh = 0; kh < t.n_kh; ++kh)
+    for (int64_t kw = 0; kw < t.n_kw; ++kw) {
+      const float* xk = t.x + kh * t.x_kh + kw * t.x_kw;
+      const float* wv = t.w + kh * t.w_kh + kw * ocb;
+      for (int j = 0; j < rn; ++j) {
+        const float* xv = xk + j * t.x_pos;
+        float* a = acc + j * ocb;
+        for (int o = 0; o < ocb; ++o) a[o] += xv[o] * wv[o];
+      }
+    }
+  scalar_store(t, acc);
+}
+
+NchwcTileFn tile_fn(Isa isa, bool depthwise, int oc_bn, int rn, bool k1, bool unroll) {
+  switch (isa) {
+    case Isa::Avx512:
+      return depthwise ? nchwc_detail::dw_tile_avx512(oc_bn, rn)
+                       : nchwc_detail::conv_tile_avx512(oc_bn, rn, k1, unroll);
+    case Isa::Avx2:
+      return depthwise ? nchwc_detail::dw_tile_avx2(oc_bn, rn)
+                       : nchwc_detail::conv_tile_avx2(oc_bn, rn, k1, unroll);
+    case Isa::Scalar: break;
+  }
+  return depthwise ? &scalar_dw_tile : &scalar_conv_tile;
+}
+
+}  // namespace
+
+bool conv_nchwc_supported(const Conv2dShape& s, std::string* why) {
+  conv2d_check_shape(s);
+  if (s.groups == 1 || is_depthwise(s)) return true;
+  if (why)
+    *why = detail::str_cat("conv_nchwc: groups=", s.groups, " (C=", s.C, ", K=", s.K,
+                           ") is neither a plain conv (groups == 1) nor depthwise (groups == C == K)"
+                           "; use conv2d_nchw");
+  return false;
+}
+
+int conv_nchwc_max_reg_n(Isa isa, int oc_bn) {
+  switch (isa) {
+    case Isa::Avx512:
+      // 32 vector registers: accumulators + weight vector(s); broadcasts are memory operands.
+      if (oc_bn == 8 || oc_bn == 16) return 28;
+      if (oc_bn == 32) return 14;
+      return 0;
+    case Isa::Avx2:
+      // 16 ymm: accumulators + weight vector(s) + one broadcast register.
+      if (oc_bn == 8) return 12;
+      if (oc_bn == 16) return 6;
+      return 0;
+    case Isa::Scalar:
+      return oc_bn >= 1 && oc_bn <= kScalarMaxBlock ? kScalarMaxRegN : 0;
+  }
+  return 0;
+}
+
+void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
+  std::string why;
+  if (!conv_nchwc_supported(s, &why)) DNNF_THROW(why);
+  const char* allowed = isa == Isa::Avx512 ? "8, 16 or 32"
+                        : isa == Isa::Avx2 ? "8 or 16"
+                                           : "1..64";
+  const int max_rn = conv_nchwc_max_reg_n(isa, k.oc_bn);
+  if (max_rn == 0)
+    DNNF_THROW("conv_nchwc: oc_bn=", k.oc_bn, " is not available on ", isa_name(isa),
+               " (allowed: ", allowed, ")");
+  if (k.reg_n < 1 || k.reg_n > max_rn)
+    DNNF_THROW("conv_nchwc: reg_n=", k.reg_n, " must be in [1, ", max_rn, "] for oc_bn=", k.oc_bn,
+               " on ", isa_name(isa), " (register budget)");
+  if (k.ic_bn < 1 || k.ic_bn > kMaxIcBn)
+    DNNF_THROW("conv_nchwc: ic_bn=", k.ic_bn, " must be in [1, ", kMaxIcBn, "]");
+  if (is_depthwise(s) && k.ic_bn != k.oc_bn)
+    DNNF_THROW("conv_nchwc: depthwise conv needs ic_bn == oc_bn (got ic_bn=", k.ic_bn,
+               ", oc_bn=", k.oc_bn, ")");
+}
+
+ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
+  std::string why;
+  if (!conv_nchwc_supported(s, &why)) DNNF_THROW(why);
+  ConvNchwcKnobs k;
+  const bool dw = is_depthwise(s);
+  if (isa == Isa::Avx2 && s.K > 8) {
+    // Two ymm per position x 6 positions (12 accumulators): one broadcast per two FMAs; one ymm x
+    // 12 positions needs a broadcast per FMA and measured ~35% slower on ResNet-50.
+    k.oc_bn = 16;
+    k.reg_n = 6;
+  } else if (isa == Isa::Avx512 && !dw && s.K > 16) {
+    // Measured on ResNet-50 (Zen 4, benchmarks/results/conv_kernels_*.txt): two zmm per position
+    // x 7 positions beats one zmm x 14..28 on every 3x3 layer (halves the broadcasts per FMA and
+    // keeps the input window small), and 7 divides the 56/28/14/7 widths.
+    k.oc_bn = 32;
+    k.reg_n = 7;
+  } else {
+    // Narrow layers: a wide block would be mostly padding.
+    k.oc_bn = s.K <= 8 ? 8 : 16;
+    k.reg_n = isa == Isa::Scalar ? 8 : conv_nchwc_max_reg_n(isa, k.oc_bn) >= 14 ? 14 : 12;
+  }
+  if (dw) {
+    k.ic_bn = k.oc_bn;
+  } else {
+    // Matching the producer's block (the default oc_bn) avoids re-blocking between layers; a
+    // narrow input (the RGB image) is one block of exactly C channels, with no padding FMAs.
+    k.ic_bn = s.C < k.oc_bn ? static_cast<int>(s.C) : k.oc_bn;
+  }
+  k.unroll_ker = true;
+  return k;
+}
+
+std::vector<ConvNchwcKnobs> conv_nchwc_candidate_knobs(const Conv2dShape& s, Isa isa) {
+  const ConvNchwcKnobs def = conv_nchwc_default_knobs(s, isa);
+  std::vector<ConvNchwcKnobs> out{def};
+  auto add = [&](const ConvNchwcKnobs& k) {
+    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+  };
+  std::vector<int> oc_bns;
+  if (isa == Isa::Avx512) oc_bns = {8, 16, 32};
+  else if (isa == Isa::Avx2) oc_bns = {8, 16};
+  else oc_bns = {4, 8, 16, 32};
+  std::vector<int> ic_all;
+  for (int b : {4, 8, 16, 32, 64})
+    if (s.C % b == 0) ic_all.push_back(b);
+  if (s.C <= 64) ic_all.push_back(static_cast<int>(s.C));
+  const int64_t OW = is_flat(s) ? s.OH() * s.OW() : s.OW();
+  for (int ocb : oc_bns) {
+    const int max_rn = conv_nchwc_max_reg_n(isa, ocb);
+    std::vector<int> rns{max_rn};
+    for (int r : {28, 16, 14, 8, 7, 4, 2})
+      if (r <= max_rn) rns.push_back(r);
+    if (OW <= max_rn) rns.push_back(static_cast<int>(OW));
+    std::vector<int> ics = is_depthwise(s) ? std::vector<int>{ocb} : ic_all;
+    for (int icb : ics)
+      for (int rn : rns)
+        for (bool unroll : {true, false}) {
+          if (is_pointwise(s) && !unroll) continue;  // no kw loop to unroll
+          add({icb, ocb, rn, unroll});
+        }
+  }
+  return out;
+}
+
+int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  const int64_t Kb = ceil_div(s.K, k.oc_bn);
+  if (is_depthwise(s)) return Kb * s.R * s.S * k.oc_bn;
+  return Kb * ceil_div(s.C, k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
+}
+
+void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs,
+                            float* out) {
+  std::string why;
+  if (!conv_nchwc_supported(s, &why)) DNNF_THROW(why);
+  DNNF_CHECK(k.ic_bn >= 1 && k.oc_bn >= 1, "conv_nchwc_pack_weight: blocks must be positive (ic_bn=",
+             k.ic_bn, " oc_bn=", k.oc_bn, ")");
+  DNNF_CHECK(w_kcrs != nullptr && out != nullptr, "conv_nchwc_pack_weight: null pointer");
+  const int64_t ocb = k.oc_bn, icb = k.ic_bn, RS = s.R * s.S;
+  std::fill(out, out + conv_nchwc_packed_weight_floats(s, k), 0.f);
+  if (is_depthwise(s)) {
+    for (int64_t kk = 0; kk < s.K; ++kk)
+      for (int64_t rs = 0; rs < RS; ++rs)
+        out[((kk / ocb) * RS + rs) * ocb + kk % ocb] = w_kcrs[kk * RS + rs];
+    return;
+  }
+  const int64_t Cb = ceil_div(s.C, icb);
+  for (int64_t kk = 0; kk < s.K; ++kk)
+    for (int64_t c = 0; c < s.C; ++c)
+      for (int64_t rs = 0; rs < RS; ++rs)
+        out[((((kk / ocb) * Cb + c / icb) * RS + rs) * icb + c % icb) * ocb + kk % ocb] =
+            w_kcrs[(kk * s.C + c) * RS + rs];
+}
+
+int64_t nchwc_floats(int64_t N, int64_t C, int64_t H, int64_t W, int c_bn) {
+  DNNF_CHECK(c_bn >= 1, "nchwc: block size c_bn=", c_bn, " must be >= 1");
+  return N * ceil_div(C, c_bn) * c_bn * H * W;
+}
+
+namespace {
+void check_layout_args(const char* what, const float* x, int64_t N, int64_t C, int64_t H,
+                       int64_t W, int c_bn, const float* y) {
+  DNNF_CHECK(N >= 0 && C >= 0 && H >= 0 && W >= 0, what, ": negative size (N=", N, " C=", C,
+             " H=", H, " W=", W, ")");
+  DNNF_CHECK(c_bn >= 1, what, ": block size ", c_bn, " must be >= 1");
+  DNNF_CHECK(N * C * H * W == 0 || (x != nullptr && y != nullptr), what, ": null pointer");
+}
+}  // namespace
+
+void nchw_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_bn, float* y,
+                   const Parallel& par) {
+  check_layout_args("nchw_to_nchwc", x, N, C, H, W, c_bn, y);
+  const int64_t Cb = ceil_div(C, c_bn), HW = H * W;
+  // One task per (n, channel block, row): reads c_bn input rows, writes one blocked row.
+  par.parallel_for(N * Cb * H, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W * c_bn)),
+                   [&](int64_t b, int64_t e) {
+                     for (int64_t t = b; t < e; ++t) {
+                       const int64_t h = t % H, cb = (t / H) % Cb, n = t / (H * Cb);
+                       float* dst = y + (t * W) * c_bn;
+                       for (int64_t c = 0; c < c_bn; ++c) {
+                         const int64_t ch = cb * c_bn + c;
+                         if (ch < C) {
+                           const float* src = x + (n * C + ch) * HW + h * W;
+                           for (int64_t w = 0; w < W; ++w) dst[w * c_bn + c] = src[w];
+                         } else {
+                           for (int64_t w = 0; w < W; ++w) dst[w * c_bn + c] = 0.f;
+                         }
+                       }
+                     }
+                   });
+}
+
+void nchwc_to_nchw(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_bn, float* y,
+                   const Parallel& par) {
+  check_layout_args("nchwc_to_nchw", x, N, C, H, W, c_bn, y);
+  const int64_t Cb = ceil_div(C, c_bn), HW = H * W;
+  par.parallel_for(N * Cb * H, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W * c_bn)),
+                   [&](int64_t b, int64_t e) {
+                     for (int64_t t = b; t < e; ++t) {
+                       const int64_t h = t % H, cb = (t / H) % Cb, n = t / (H * Cb);
+                       const float* src = x + (t * W) * c_bn;
+                       const int64_t cend = std::min<int64_t>(c_bn, C - cb * c_bn);
+                       for (int64_t c = 0; c < cend; ++c) {
+                         float* dst = y + (n * C + cb * c_bn + c) * HW + h * W;
+                         for (int64_t w = 0; w < W; ++w) dst[w] = src[w * c_bn + c];
+                       }
+                     }
+                   });
+}
+
+void nchwc_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_in,
+                    int c_out, float* y, const Parallel& par) {
+  check_layout_args("nchwc_to_nchwc", x, N, C, H, W, c_in, y);
+  DNNF_CHECK(c_out >= 1, "nchwc_to_nchwc: output block size ", c_out, " must be >= 1");
+  const int64_t Cbi = ceil_div(C, c_in), Cbo = ceil_div(C, c_out), HW = H * W;
+  par.parallel_for(N * Cbo * H, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, W * c_out)),
+                   [&](int64_t b, int64_t e) {
+                     for (int64_t t = b; t < e; ++t) {
+                       const int64_t h = t % H, cbo = (t / H) % Cbo, n = t / (H * Cbo);
+                       float* dst = y + (t * W) * c_out;
+                       for (int64_t c = 0; c < c_out; ++c) {
+                         const int64_t ch = cbo * c_out + c;
+                         if (ch < C) {
+                           const float* src =
+                               x + ((n * Cbi + ch / c_in) * HW + h * W) * c_in + ch % c_in;
+                           for (int64_t w = 0; w < W; ++w) dst[w * c_out + c] = src[w * c_in];
+                         } else {
+                           for (int64_t w = 0; w < W; ++w) dst[w * c_out + c] = 0.f;
+                         }
+                       }
+                     }
+                   });
+}
+
+void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
+                  const float* packed_w, const float* bias, const float* residual, Activation act,
+                  float* y, const Parallel& par, ElementHook epilogue, Isa isa) {
+  conv_nchwc_check(s, k, isa);
+  if (!isa_supported(isa))
+    DNNF_THROW("conv2d_nchwc: this CPU cannot run ", isa_name(isa), " kernels");
+  DNNF_CHECK(x != nullptr && packed_w != nullptr && y != nullptr,
+             "conv2d_nchwc: x, packed_w and y must not be null");
+  const bool dw = is_depthwise(s), flat = is_flat(s), k1 = is_pointwise(s);
+  const int64_t icb = k.ic_bn, ocb = k.oc_bn, rn_max = k.reg_n;
+  const int64_t H = s.H, W = s.W, R = s.R, S = s.S, OH = s.OH(), OW = s.OW();
+  const int64_t Cb = dw ? ceil_div(s.C, ocb) : ceil_div(s.C, icb), Kb = ceil_div(s.K, ocb);
+  const int64_t x_img = Cb * H * W * (dw ? ocb : icb), y_img = Kb * OH * OW * ocb;
+  const int64_t w_blk = dw ? R * S * ocb : Cb * R * S * icb * ocb;
+
+  NchwcTileFn fns[kScalarMaxRegN + 1] = {};
+  for (int rn = 1; rn <= rn_max; ++rn) {
+    fns[rn] = tile_fn(isa, dw, k.oc_bn, rn, k1, k.unroll_ker);
+    DNNF_CHECK(fns[rn] != nullptr, "conv2d_nchwc: no ", isa_name(isa), " tile for oc_bn=", ocb,
+               " reg_n=", rn);
+  }
+  std::vector<float> bias_pad;
+  if (bias) {
+    bias_pad.assign(static_cast<size_t>(Kb * ocb), 0.f);
+    std::copy(bias, bias + s.K, bias_pad.begin());
+  }
+
+  // Work items: (n, oc block, row, segment). A row is an output row, except for flat 1x1 convs
+  // whose single "row" is the whole plane, cut into segments so that small-K layers still give
+  // every thread work. Consecutive items share the oc block, so its weights stay in L2.
+  const int64_t rows = flat ? 1 : OH, P = flat ? OH * OW : OW;
+  const int64_t nseg = flat ? std::max<int64_t>(1, std::min<int64_t>(OH, P / (4 * rn_max))) : 1;
+  const int64_t items = s.N * Kb * rows * nseg;
+  const int64_t k_tail = s.K % ocb;  // valid lanes of the last block (0: none padded)
+  const int64_t cols_max = (rn_max - 1) * s.stride_w + (S - 1) * s.dil_w + 1;
+  const int64_t stage_floats = (dw ? 1 : Cb) * R * cols_max * (dw ? ocb : icb);
+
+  par.parallel_for(items, 1, [&](int64_t ib, int64_t ie) {
+    std::vector<float> stage;
+    for (int64_t it = ib; it < ie; ++it) {
+      const int64_t seg = it % nseg, row = (it / nseg) % rows, kb = (it / (nseg * rows)) % Kb,
+                    n = it / (nseg * rows * Kb);
+      const int64_t p_begin = seg * P / nseg, p_end = (seg + 1) * P / nseg;
+      // Taps that fall above or below the image are dropped for the whole row.
+      const int64_t ih0 = row * s.stride_h - s.pad_h;
+      int64_t kh_lo = 0, kh_hi = R;
+      if (!flat) {
+        if (ih0 < 0) kh_lo = ceil_div(-ih0, s.dil_h);
+        kh_hi = H - 1 - ih0 < 0 ? 0 : std::min(R, (H - 1 - ih0) / s.dil_h + 1);
+      }
+      const int64_t n_kh = std::max<int64_t>(0, kh_hi - kh_lo);
+      const float* xn = x + n * x_img + (dw ? kb * H * W * ocb : 0);
+      const int64_t xb = dw ? ocb : icb;  // floats per input position
+      float* y_run = y + n * y_img + ((kb * OH + row) * OW + p_begin) * ocb;
+
+      NchwcTile t{};
+      t.w = packed_w + kb * w_blk + kh_lo * S * (dw ? ocb : icb * ocb);
+      t.w_cb = R * S * icb * ocb;
+      t.w_kh = S * (dw ? ocb : icb * ocb);
+      t.n_cb = dw ? 1 : Cb;
+      t.n_kh = n_kh;
+      t.n_kw = S;
+      t.ic_bn = icb;
+      t.x_pos = s.stride_w * xb;
+      t.x_kw = s.dil_w * xb;
+      t.bias = bias ? bias_pad.data() + kb * ocb : nullptr;
+      t.oc_bn = static_cast<int>(ocb);
+      t.act = act;
+
+      const int64_t cnt = p_end - p_begin, nt = ceil_div(cnt, rn_max);
+      int64_t p0 = p_begin;
+      for (int64_t ti = 0; ti < nt; ++ti) {
+        const int64_t rn = cnt / nt + (ti < cnt % nt ? 1 : 0);  // balanced tile sizes
+        const int64_t off = (p0 - p_begin) * ocb;
+        t.rn = static_cast<int>(rn);
+        t.y = y_run + off;
+        t.res = residual ? residual + (y_run - y) + off : nullptr;
+        if (flat) {
+          t.x = xn + p0 * xb;
+          t.x_cb = H * W * xb;
+          t.x_kh = 0;
+        } else {
+          const int64_t iw_first = p0 * s.stride_w - s.pad_w;
+          const int64_t iw_last = (p0 + rn - 1) * s.stride_w - s.pad_w + (S - 1) * s.dil_w;
+          const int64_t ih_first = ih0 + kh_lo * s.dil_h;
+          if (n_kh == 0) {
+            t.x = xn;  // no tap inside the image: the tile only adds bias/residual
+          } else if (iw_first >= 0 && iw_last < W) {
+            t.x = xn + (ih_first * W + iw_first) * xb;
+            t.x_cb = H * W * xb;
+            t.x_kh = s.dil_h * W * xb;
+          } else {
+            // The tile's input window with the width padding made explicit.
+            const int64_t cols = iw_last - iw_first + 1;
+            const int64_t lo = std::min(cols, std::max<int64_t>(0, -iw_first));  // all-padding windows too
+            const int64_t hi = std::max<int64_t>(lo, std::min(cols, W - iw_first));
+            if (stage.empty()) stage.resize(static_cast<size_t>(stage_floats));
+            float* st = stage.data();
+            for (int64_t cb = 0; cb < t.n_cb; ++cb)
+              for (int64_t kh = 0; kh < n_kh; ++kh) {
+                float* d = st + (cb * n_kh + kh) * cols * xb;
+                std::fill(d, d + lo * xb, 0.f);
+                if (hi > lo) {
+                  const float* src =
+                      xn + ((cb * H + ih_first + kh * s.dil_h) * W + iw_first + lo) * xb;
+                  std::memcpy(d + lo * xb, src, (hi - lo) * xb * sizeof(float));
+                }
+                std::fill(d + hi * xb, d + cols * xb, 0.f);
+              }
+            t.x = st;
+            t.x_cb = n_kh * cols * xb;
+            t.x_kh = cols * xb;
+          }
+        }
+        fns[rn](t);
+        p0 += rn;
+      }
+      if (k_tail != 0 && kb == Kb - 1)
+        for (int64_t p = 0; p < cnt; ++p)
+          std::fill(y_run + p * ocb + k_tail, y_run + (p + 1) * ocb, 0.f);
+      if (epilogue) epilogue(y_run, y_run - y, cnt * ocb);
+    }
+  });
+}
+
+}  // namespace dnnfusion::kernels

@@ -1,0 +1,100 @@
+// NCHW[x]c direct convolution (NeoCPU, DESIGN.md §7): float 2-D convolution with PyTorch conv2d
+// semantics (stride, zero padding, dilation, optional bias) on channel-blocked activations, with
+// bias, residual add and activation applied to the accumulators in registers before one store.
+//
+// Layouts (b = block size, Cb = ceil(C/b) blocks; channel c lives in block c/b, lane c%b):
+//   activations NCHW[b]c: [N][Cb][H][W][b]. Channels >= C (the padding of the last block) hold 0
+//     in every tensor this family writes; inputs must hold finite values there (0 * inf is NaN).
+//   packed weights (conv_nchwc_pack_weight): KCRS[ic_bn]c[oc_bn]k =
+//     [Kb][Cb][R][S][ic_bn][oc_bn], zero at padded channels; depthwise [Kb][R][S][oc_bn].
+// Kernel: for each (n, oc block, output row) the row is cut into tiles of at most reg_n positions
+// (balanced sizes); a tile keeps reg_n x oc_bn accumulators in registers and, per input channel,
+// loads one oc_bn-wide weight vector and broadcast-FMAs it with reg_n inputs. Loop order: oc block,
+// oh, ow tile, ic block, kh, kw, ic, ow (unrolled), oc lanes (vector). Tiles whose taps reach into the
+// width padding read a zero-padded staging copy of their input window, so tiles never bounds-check.
+// Variants: general (groups == 1: any kernel, stride, padding, dilation); 1x1 (no tap loops; with
+// stride 1 and no padding the whole output plane is one run of positions, so tiles span rows);
+// depthwise (groups == C == K: ic_bn == oc_bn, one vector FMA per tap and position). Other grouped
+// convs are not supported (conv_nchwc_supported says why; use conv2d_nchw).
+// ISA: AVX-512 (oc_bn 8/16/32), AVX2+FMA (oc_bn 8/16) or scalar (oc_bn 1..64), chosen at run time
+// from cpu_features (active_isa(), which tests and DNNFUSION_ISA can force). Knobs are ISA-specific
+// (register budget); packed weights depend only on the knobs.
+// Threads: Parallel::parallel_for over (n, oc block, output row or run segment).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/conv2d.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/fusion_hooks.h"
+#include "kernels/cpu/parallel.h"
+
+namespace dnnfusion::kernels {
+
+// ic_bn: input channel block (the x layout's b); oc_bn: output channel block (the y layout's b,
+// one or two vectors); reg_n: most output positions per register tile; unroll_ker: unroll the
+// kernel-width loop.
+struct ConvNchwcKnobs {
+  int ic_bn = 16, oc_bn = 16, reg_n = 14;
+  bool unroll_ker = true;
+  bool operator==(const ConvNchwcKnobs& o) const {
+    return ic_bn == o.ic_bn && oc_bn == o.oc_bn && reg_n == o.reg_n && unroll_ker == o.unroll_ker;
+  }
+};
+
+// True for groups == 1 and depthwise (groups == C == K); otherwise false with the reason in *why.
+// Throws dnnfusion::Error if s is not a valid convolution at all.
+bool conv_nchwc_supported(const Conv2dShape& s, std::string* why = nullptr);
+
+// Largest reg_n the ISA's tiles have for this oc_bn (0: oc_bn not available on that ISA).
+int conv_nchwc_max_reg_n(Isa isa, int oc_bn);
+
+// Throws dnnfusion::Error naming the problem unless s is supported and the knobs are valid for it
+// on `isa` (oc_bn available on the ISA, 1 <= reg_n <= conv_nchwc_max_reg_n, 1 <= ic_bn <= 256,
+// ic_bn == oc_bn for depthwise).
+void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa);
+
+// Deterministic heuristic knobs (no timing). s must be supported.
+ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa = active_isa());
+
+// The tuning space: ic_bn from the powers of two up to 64 dividing C (and C itself when C <= 64),
+// oc_bn from the ISA's blocks, reg_n from {max, 28, 16, 14, 8, 7, 4, 2} within the register budget
+// (plus OW itself when it fits), unroll_ker both ways (not for 1x1); the default comes first, no
+// duplicates, every entry valid for s on isa.
+std::vector<ConvNchwcKnobs> conv_nchwc_candidate_knobs(const Conv2dShape& s, Isa isa = active_isa());
+
+int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k);
+// w_kcrs: PyTorch weight [K][C/groups][R][S]. out: conv_nchwc_packed_weight_floats floats.
+void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs,
+                            float* out);
+
+// Floats of an NCHW[c_bn]c tensor: N * ceil(C/c_bn) * c_bn * H * W.
+int64_t nchwc_floats(int64_t N, int64_t C, int64_t H, int64_t W, int c_bn);
+// NCHW -> NCHW[c_bn]c (padded channels written as 0).
+void nchw_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_bn, float* y,
+                   const Parallel& par);
+// NCHW[c_bn]c -> NCHW (padded channels dropped).
+void nchwc_to_nchw(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_bn, float* y,
+                   const Parallel& par);
+// NCHW[c_in]c -> NCHW[c_out]c, for re-blocking between layers with different blocks.
+void nchwc_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_in,
+                    int c_out, float* y, const Parallel& par);
+
+// y = act(conv(x, w) + bias + residual), all in NCHW[b]c: x with b = ic_bn, y and residual with
+// b = oc_bn. packed_w from conv_nchwc_pack_weight with the same shape and knobs. bias: [K] or
+// nullptr. residual: nullptr or the y-shaped tensor added before the activation (may alias y: each
+// element is read before its own store). y must not overlap x or packed_w. Postcondition: every
+// element of y written, padded channels 0 (before the epilogue runs).
+// Epilogue (optional): called once per contiguous run of one oc block's output positions (an
+// output row; for 1x1 stride-1 unpadded convs a segment of the flattened plane), after the run is
+// stored, on any worker: data = &y[start], count = positions * oc_bn, start = the linear index in
+// the blocked [N][Kb][OH][OW][oc_bn] layout. Padded lanes are included; every y element is passed
+// exactly once.
+// Throws dnnfusion::Error (conv_nchwc_check) on unsupported shapes or invalid knobs for isa.
+void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
+                  const float* packed_w, const float* bias, const float* residual, Activation act,
+                  float* y, const Parallel& par, ElementHook epilogue = {},
+                  Isa isa = active_isa());
+
+}  // namespace dnnfusion::kernels

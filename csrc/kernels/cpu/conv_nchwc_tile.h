@@ -1,0 +1,150 @@
+// Internal to the NCHW[x]c convolution family: the register-blocked tiles, written once against a
+// vector-ops class O and instantiated by each ISA file (conv_nchwc_avx2.cc, conv_nchwc_avx512.cc)
+// with its own O declared in an anonymous namespace. That keeps every instantiation internal to
+// its translation unit, so code built with -mavx512* can never be merged with another ISA's copy.
+// O provides: type V (L floats), zero(), load(p), store(p, v), bcast(float), fma(a, b, c) = a*b+c,
+// add(a, b), relu(v), relu6(v) (NaN-propagating like PyTorch).
+// Contract of the tiles: see NchwcTile in conv_nchwc_ukernel.h.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/conv_nchwc_ukernel.h"
+
+namespace dnnfusion::kernels::nchwc_detail {
+
+// acc + bias + residual, activation, one store per vector.
+template <class O, int NV, int RN>
+__attribute__((always_inline)) inline void tile_store(const NchwcTile& t,
+                                                      typename O::V (&acc)[RN][NV]) {
+  using V = typename O::V;
+  constexpr int L = O::L, OCB = NV * L;
+  V b[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) b[v] = t.bias ? O::load(t.bias + v * L) : O::zero();
+#pragma GCC unroll 32
+  for (int j = 0; j < RN; ++j) {
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      V r = O::add(acc[j][v], b[v]);
+      if (t.res) r = O::add(r, O::load(t.res + j * OCB + v * L));
+      if (t.act == Activation::Relu) r = O::relu(r);
+      if (t.act == Activation::Relu6) r = O::relu6(r);
+      O::store(t.y + j * OCB + v * L, r);
+    }
+  }
+}
+
+// One kernel tap (kh, kw) of a broadcast conv: for each input channel of the chunk, one weight
+// vector (NV registers) is reused by RN broadcast-FMAs, so weight loads are amortized over RN.
+template <class O, int NV, int RN>
+__attribute__((always_inline)) inline void conv_tap(const float* __restrict xk,
+                                                    const float* __restrict wk, int64_t ic_bn,
+                                                    int64_t x_pos, typename O::V (&acc)[RN][NV]) {
+  using V = typename O::V;
+  constexpr int L = O::L, OCB = NV * L;
+  for (int64_t ic = 0; ic < ic_bn; ++ic) {
+    V wv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) wv[v] = O::load(wk + ic * OCB + v * L);
+    const float* xp = xk + ic;
+#pragma GCC unroll 32
+    for (int j = 0; j < RN; ++j) {
+      const V xb = O::bcast(xp[j * x_pos]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[j][v] = O::fma(xb, wv[v], acc[j][v]);
+    }
+  }
+}
+
+// Loop order per tile: ic_chunk, kh, kw, ic, position (unrolled), oc lane vector.
+template <class O, int NV, int RN, bool K1, bool UNROLL>
+void conv_tile(const NchwcTile& t) {
+  using V = typename O::V;
+  constexpr int OCB = NV * O::L;
+  V acc[RN][NV];
+#pragma GCC unroll 32
+  for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[j][v] = O::zero();
+  const int64_t ic_bn = t.ic_bn, x_pos = t.x_pos, w_kw = ic_bn * OCB;
+  const float* xc = t.x;
+  const float* wc = t.w;
+  for (int64_t cb = 0; cb < t.n_cb; ++cb, xc += t.x_cb, wc += t.w_cb) {
+    if constexpr (K1) {
+      conv_tap<O, NV, RN>(xc, wc, ic_bn, x_pos, acc);
+    } else {
+      const float* xr = xc;
+      const float* wr = wc;
+      for (int64_t kh = 0; kh < t.n_kh; ++kh, xr += t.x_kh, wr += t.w_kh) {
+        if constexpr (UNROLL) {
+#pragma GCC unroll 8
+          for (int64_t kw = 0; kw < t.n_kw; ++kw)
+            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc);
+        } else {
+#pragma GCC unroll 1
+          for (int64_t kw = 0; kw < t.n_kw; ++kw)
+            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc);
+        }
+      }
+    }
+  }
+  tile_store<O, NV, RN>(t, acc);
+}
+
+// Depthwise: lane c of the block only sees input channel c, so each tap is a vector FMA of the
+// input vector at each position with the tap's weight vector (one weight load per RN FMAs).
+template <class O, int NV, int RN>
+void dw_tile(const NchwcTile& t) {
+  using V = typename O::V;
+  constexpr int L = O::L, OCB = NV * L;
+  V acc[RN][NV];
+#pragma GCC unroll 32
+  for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[j][v] = O::zero();
+  const int64_t x_pos = t.x_pos;
+  const float* xr = t.x;
+  const float* wr = t.w;
+  for (int64_t kh = 0; kh < t.n_kh; ++kh, xr += t.x_kh, wr += t.w_kh) {
+    for (int64_t kw = 0; kw < t.n_kw; ++kw) {
+      const float* xk = xr + kw * t.x_kw;
+      V wv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) wv[v] = O::load(wr + kw * OCB + v * L);
+#pragma GCC unroll 32
+      for (int j = 0; j < RN; ++j)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v)
+          acc[j][v] = O::fma(O::load(xk + j * x_pos + v * L), wv[v], acc[j][v]);
+    }
+  }
+  tile_store<O, NV, RN>(t, acc);
+}
+
+// Run-time rn -> the instantiation for it (rn in [1, N]); nullptr outside.
+template <class O, int NV, bool K1, bool UNROLL, int N>
+NchwcTileFn pick_conv_tile(int rn) {
+  if constexpr (N == 0) {
+    return nullptr;
+  } else {
+    return rn == N ? &conv_tile<O, NV, N, K1, UNROLL> : pick_conv_tile<O, NV, K1, UNROLL, N - 1>(rn);
+  }
+}
+
+template <class O, int NV, int N>
+NchwcTileFn pick_dw_tile(int rn) {
+  if constexpr (N == 0) {
+    return nullptr;
+  } else {
+    return rn == N ? &dw_tile<O, NV, N> : pick_dw_tile<O, NV, N - 1>(rn);
+  }
+}
+
+template <class O, int NV, int N>
+NchwcTileFn pick_conv_any(int rn, bool k1, bool unroll) {
+  if (k1) return pick_conv_tile<O, NV, true, false, N>(rn);
+  return unroll ? pick_conv_tile<O, NV, false, true, N>(rn)
+                : pick_conv_tile<O, NV, false, false, N>(rn);
+}
+
+}  // namespace dnnfusion::kernels::nchwc_detail

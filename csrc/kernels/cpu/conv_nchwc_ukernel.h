@@ -1,0 +1,46 @@
+// Internal to the NCHW[x]c convolution family: the contract between the portable driver
+// (conv_nchwc.cc: checks, packing, work split, border staging, scalar tiles) and the ISA-specific
+// register-blocked tiles (conv_nchwc_avx2.cc, conv_nchwc_avx512.cc, built from conv_nchwc_tile.h).
+// Like gemm_ukernel.h it holds only plain structs and declarations: the ISA files are compiled
+// with -mavx2/-mavx512*, and an inline function they emitted could be picked by the linker for
+// baseline callers (ODR), which would crash on older CPUs.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/gemm_ukernel.h"  // Activation
+
+namespace dnnfusion::kernels::nchwc_detail {
+
+// One tile: `rn` consecutive output positions of one output-channel block (oc_bn lanes), all
+// accumulated in registers, then y = act(acc + bias + res) stored once.
+// Input addressing (element offsets, all relative to x): channel chunk cb, kernel tap (kh, kw),
+// channel ic of the chunk and tile position j read x[cb*x_cb + kh*x_kh + kw*x_kw + j*x_pos + ic]
+// (broadcast convs) or the oc_bn-vector at x[kh*x_kh + kw*x_kw + j*x_pos] (depthwise).
+// Weights: w[cb*w_cb + kh*w_kh + kw*ic_bn*oc_bn + ic*oc_bn + lane] (broadcast convs) or
+// w[kh*w_kh + kw*oc_bn + lane] (depthwise). The driver has already dropped taps that fall outside
+// the image in height (n_kh, x and w start at the first valid row) and, in width, either proved
+// every tap inside the image or pointed x at a zero-padded staging copy, so tiles never bounds-check.
+struct NchwcTile {
+  const float* x;
+  int64_t x_cb, x_kh, x_kw, x_pos;
+  const float* w;
+  int64_t w_cb, w_kh;
+  int64_t n_cb, n_kh, n_kw, ic_bn;
+  const float* bias;  // oc_bn floats or nullptr
+  const float* res;   // rn x oc_bn floats (position stride oc_bn) or nullptr
+  float* y;           // rn x oc_bn floats (position stride oc_bn)
+  int rn, oc_bn;      // the scalar tile reads these; vector tiles are specialised on them
+  Activation act;
+};
+
+using NchwcTileFn = void (*)(const NchwcTile& t);
+
+// Tile for (oc_bn, rn); nullptr when the ISA has no such tile (the driver validates knobs first).
+// k1: the kernel is 1x1 (n_kh == n_kw == 1, the tap loops vanish); unroll: unroll the kw loop.
+// Only call when the CPU supports the ISA.
+NchwcTileFn conv_tile_avx512(int oc_bn, int rn, bool k1, bool unroll);
+NchwcTileFn dw_tile_avx512(int c_bn, int rn);
+NchwcTileFn conv_tile_avx2(int oc_bn, int rn, bool k1, bool unroll);
+NchwcTileFn dw_tile_avx2(int c_bn, int rn);
+
+}  // namespace dnnfusion::kernels::nchwc_detail

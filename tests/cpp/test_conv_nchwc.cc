@@ -1,0 +1,404 @@
+// conv2d_nchwc (NCHW[x]c direct convolution) against the plain NCHW reference, through
+// nchw_to_nchwc / nchwc_to_nchw, on every ISA the CPU has, serial and two threads: general convs
+// (C=3 first layer, 7x7, stride 2, padding 0/1/3, dilation 2, asymmetric), 1x1 stride 1 (flattened
+// plane) and stride 2, 1x1 with padding, depthwise; OW not a multiple of reg_n, C/K not multiples
+// of the blocks; bias + residual + each activation; the epilogue hook; layout round trips; every
+// tuning candidate on a few shapes; invalid shapes and knobs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <limits>
+#include <memory>
+
+#include "common/error.h"
+#include "kernels/cpu/conv_nchwc.h"
+#include "kernels/reference/ref_gemm_conv.h"
+#include "kernel_test_util.h"
+
+namespace dnnfusion {
+namespace {
+
+using kernels::Activation;
+using kernels::Conv2dShape;
+using kernels::ConvNchwcKnobs;
+using kernels::Isa;
+using kernels::Parallel;
+using kernels::SerialParallel;
+using testing::ThreadParallel;
+
+Conv2dShape shape(int64_t N, int64_t C, int64_t H, int64_t W, int64_t K, int64_t R, int64_t S,
+                  int64_t stride, int64_t pad, int64_t dil = 1, int64_t groups = 1) {
+  return {N, C, H, W, K, R, S, stride, stride, pad, pad, dil, dil, groups};
+}
+
+std::string describe(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  std::ostringstream os;
+  os << "N=" << s.N << " C=" << s.C << " H=" << s.H << " W=" << s.W << " K=" << s.K << " R=" << s.R
+     << " S=" << s.S << " stride=" << s.stride_h << "x" << s.stride_w << " pad=" << s.pad_h << "x"
+     << s.pad_w << " dil=" << s.dil_h << "x" << s.dil_w << " groups=" << s.groups
+     << " | ic_bn=" << k.ic_bn << " oc_bn=" << k.oc_bn << " reg_n=" << k.reg_n
+     << " unroll=" << k.unroll_ker;
+  return os.str();
+}
+
+struct HookLog {
+  std::unique_ptr<std::atomic<int>[]> calls;
+  const float* y = nullptr;
+  std::atomic<int> bad_pointer{0};
+};
+
+void count_hook(const void* ctx, float* data, int64_t start, int64_t count) {
+  auto* log = static_cast<HookLog*>(const_cast<void*>(ctx));
+  if (data != log->y + start) log->bad_pointer.fetch_add(1);
+  for (int64_t i = 0; i < count; ++i) {
+    log->calls[start + i].fetch_add(1);
+    data[i] = 2.f * data[i] + 1.f;  // the stored final value must be what the hook sees
+  }
+}
+
+struct Options {
+  bool bias = true;
+  bool residual = false;
+  bool hook = false;
+  bool in_place_residual = false;  // residual and y are the same buffer
+  Activation act = Activation::None;
+};
+
+// Runs one conv through the blocked path and compares with the reference on NCHW data.
+void check(std::mt19937_64& rng, const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa,
+           const Parallel& par, const Options& o) {
+  SCOPED_TRACE(describe(s, k) + " isa=" + kernels::isa_name(isa) + " threads=" +
+               std::to_string(par.num_threads()) + " bias=" + std::to_string(o.bias) +
+               " residual=" + std::to_string(o.residual) + " act=" + std::to_string(int(o.act)) +
+               " hook=" + std::to_string(o.hook));
+  const int64_t OH = s.OH(), OW = s.OW();
+  const auto x = testing::random_vec(rng, static_cast<size_t>(s.N * s.C * s.H * s.W));
+  const auto w = testing::random_vec(rng, static_cast<size_t>(s.K * (s.C / s.groups) * s.R * s.S));
+  const auto bias = testing::random_vec(rng, static_cast<size_t>(s.K));
+  const size_t ysize = static_cast<size_t>(s.N * s.K * OH * OW);
+  // Residual large enough that relu6 clips on both sides.
+  const auto res = testing::random_vec(rng, ysize, -8.f, 8.f);
+
+  std::vector<float> ref(ysize);
+  reference::ref_conv2d_nchw(s, x.data(), w.data(), o.bias ? bias.data() : nullptr, ref.data(),
+                             Activation::None);
+  for (size_t i = 0; i < ysize; ++i)
+    ref[i] = reference::ref_activate(ref[i] + (o.residual ? res[i] : 0.f), o.act);
+  if (o.hook)
+    for (auto& v : ref) v = 2.f * v + 1.f;
+
+  SerialParallel serial;
+  const bool dw = s.groups > 1;
+  const int x_bn = dw ? k.oc_bn : k.ic_bn;
+  std::vector<float> xb(static_cast<size_t>(kernels::nchwc_floats(s.N, s.C, s.H, s.W, x_bn)));
+  kernels::nchw_to_nchwc(x.data(), s.N, s.C, s.H, s.W, x_bn, xb.data(), par);
+  std::vector<float> pw(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(s, k)));
+  kernels::conv_nchwc_pack_weight(s, k, w.data(), pw.data());
+  const size_t yb_size = static_cast<size_t>(kernels::nchwc_floats(s.N, s.K, OH, OW, k.oc_bn));
+  std::vector<float> yb(yb_size, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> resb;
+  const float* res_ptr = nullptr;
+  if (o.residual) {
+    resb.resize(yb_size);
+    kernels::nchw_to_nchwc(res.data(), s.N, s.K, OH, OW, k.oc_bn, resb.data(), serial);
+    if (o.in_place_residual) {
+      yb = resb;
+      res_ptr = yb.data();
+    } else {
+      res_ptr = resb.data();
+    }
+  }
+  HookLog log;
+  kernels::ElementHook hook;
+  if (o.hook) {
+    log.calls.reset(new std::atomic<int>[yb_size]);
+    for (size_t i = 0; i < yb_size; ++i) log.calls[i] = 0;
+    log.y = yb.data();
+    hook.fn = &count_hook;
+    hook.ctx = &log;
+  }
+  kernels::conv2d_nchwc(s, k, xb.data(), pw.data(), o.bias ? bias.data() : nullptr, res_ptr, o.act,
+                        yb.data(), par, hook, isa);
+  if (o.hook) {
+    EXPECT_EQ(log.bad_pointer.load(), 0) << "hook data != y + start";
+    size_t wrong = 0;
+    for (size_t i = 0; i < yb_size; ++i) wrong += log.calls[i].load() != 1;
+    EXPECT_EQ(wrong, 0u) << "elements not passed to the hook exactly once";
+  }
+  // Padded output channels are 0 (the hook maps 0 to 1).
+  const int64_t Kb = (s.K + k.oc_bn - 1) / k.oc_bn;
+  const float pad_value = o.hook ? 1.f : 0.f;
+  size_t bad_pad = 0;
+  for (int64_t n = 0; n < s.N; ++n)
+    for (int64_t p = 0; p < OH * OW; ++p)
+      for (int64_t c = s.K; c < Kb * k.oc_bn; ++c)
+        bad_pad += yb[((n * Kb + c / k.oc_bn) * OH * OW + p) * k.oc_bn + c % k.oc_bn] != pad_value;
+  EXPECT_EQ(bad_pad, 0u) << "padded output channels not " << pad_value;
+  std::vector<float> y(ysize, std::numeric_limits<float>::quiet_NaN());
+  kernels::nchwc_to_nchw(yb.data(), s.N, s.K, OH, OW, k.oc_bn, y.data(), par);
+  EXPECT_TRUE(testing::all_close(y.data(), ref.data(), ysize));
+}
+
+struct NamedCase {
+  const char* name;
+  Conv2dShape s;
+};
+
+const NamedCase kCases[] = {
+    {"3x3 s1 p1 C,K = blocks", shape(1, 16, 12, 30, 32, 3, 3, 1, 1)},
+    {"3x3 s1 p1 odd C,K", shape(2, 19, 9, 31, 21, 3, 3, 1, 1)},
+    {"3x3 s2 p1", shape(1, 24, 15, 17, 40, 3, 3, 2, 1)},
+    {"3x3 p0", shape(1, 8, 7, 40, 9, 3, 3, 1, 0)},
+    {"3x3 dil2 p2", shape(1, 12, 13, 29, 16, 3, 3, 1, 2, 2)},
+    {"C=3 7x7 s2 p3 first layer", shape(1, 3, 35, 37, 20, 7, 7, 2, 3)},
+    {"5x5 p3 wider than needed", shape(1, 5, 6, 9, 7, 5, 5, 1, 3)},
+    {"1x1 s1 flat", shape(2, 40, 13, 15, 56, 1, 1, 1, 0)},
+    {"1x1 s1 flat 7x7", shape(1, 64, 7, 7, 48, 1, 1, 1, 0)},
+    {"1x1 s2", shape(1, 32, 15, 14, 24, 1, 1, 2, 0)},
+    {"1x1 p1 (borders)", shape(1, 8, 5, 6, 12, 1, 1, 1, 1)},
+    {"1x1 p3 (tiles entirely in padding)", shape(1, 5, 4, 3, 6, 1, 1, 1, 3)},
+    {"single pixel", shape(1, 7, 1, 1, 9, 1, 1, 1, 0)},
+    {"kernel = image", shape(2, 4, 5, 5, 6, 5, 5, 1, 0)},
+    {"OW = 1 column", shape(1, 6, 9, 1, 10, 3, 3, 1, 1)},
+    {"depthwise 3x3 s1", shape(2, 32, 12, 29, 32, 3, 3, 1, 1, 1, 32)},
+    {"depthwise 3x3 s2 odd C", shape(1, 21, 13, 11, 21, 3, 3, 2, 1, 1, 21)},
+    {"depthwise 5x5 dil2", shape(1, 8, 16, 16, 8, 5, 5, 1, 4, 2, 8)},
+    {"depthwise 1x1", shape(1, 16, 6, 7, 16, 1, 1, 1, 0, 1, 16)},
+};
+
+// Knob sets exercised besides the default: small tiles (many remainders), two-vector blocks,
+// narrow blocks, a non-power-of-two ic_bn.
+std::vector<ConvNchwcKnobs> knob_variants(const Conv2dShape& s, Isa isa) {
+  std::vector<ConvNchwcKnobs> out{kernels::conv_nchwc_default_knobs(s, isa)};
+  const bool dw = s.groups > 1;
+  auto add = [&](int icb, int ocb, int rn, bool unroll) {
+    if (dw) icb = ocb;
+    const ConvNchwcKnobs k{icb, ocb, rn, unroll};
+    if (kernels::conv_nchwc_max_reg_n(isa, ocb) >= rn) out.push_back(k);
+  };
+  if (isa == Isa::Avx512) {
+    add(16, 16, 5, false);
+    add(32, 32, 14, true);
+    add(8, 8, 28, true);
+    add(3, 32, 3, false);
+  } else if (isa == Isa::Avx2) {
+    add(16, 16, 6, true);
+    add(8, 8, 5, false);
+    add(3, 8, 12, true);
+  } else {
+    add(5, 3, 7, true);
+    add(16, 16, 32, false);
+    add(1, 64, 2, true);
+  }
+  return out;
+}
+
+TEST(ConvNchwc, NamedVariantsEveryIsa) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 301);
+  for (Isa isa : testing::isas_to_test()) {
+    int variant = 0;
+    for (const auto& c : kCases) {
+      SCOPED_TRACE(c.name);
+      for (const ConvNchwcKnobs& k : knob_variants(c.s, isa)) {
+        Options o;
+        o.bias = variant % 2 == 0;
+        o.act = static_cast<Activation>(variant % 3);
+        o.residual = variant % 4 == 1;
+        const Parallel& par = variant % 2 ? static_cast<const Parallel&>(testing::kTwo)
+                                          : static_cast<const Parallel&>(testing::kSerial);
+        ++variant;
+        check(rng, c.s, k, isa, par, o);
+      }
+    }
+  }
+}
+
+TEST(ConvNchwc, ResidualRelu6AndHook) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 302);
+  const Conv2dShape shapes[] = {shape(2, 19, 9, 31, 21, 3, 3, 1, 1),
+                                shape(1, 40, 13, 15, 56, 1, 1, 1, 0),
+                                shape(1, 32, 15, 14, 24, 1, 1, 2, 0),
+                                shape(1, 21, 13, 11, 21, 3, 3, 2, 1, 1, 21)};
+  for (Isa isa : testing::isas_to_test())
+    for (const auto& s : shapes)
+      for (bool in_place : {false, true}) {
+        Options o;
+        o.residual = true;
+        o.in_place_residual = in_place;
+        o.hook = true;
+        o.act = Activation::Relu6;
+        check(rng, s, kernels::conv_nchwc_default_knobs(s, isa), isa, testing::kTwo, o);
+      }
+}
+
+TEST(ConvNchwc, RandomShapes) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 303);
+  for (Isa isa : testing::isas_to_test()) {
+    for (int t = 0; t < 25; ++t) {
+      Conv2dShape s{};
+      const bool dw = t % 5 == 4;
+      s.N = testing::rand_int(rng, 1, 2);
+      s.C = testing::rand_int(rng, 1, 40);
+      s.K = dw ? s.C : testing::rand_int(rng, 1, 40);
+      s.groups = dw ? s.C : 1;
+      if (dw && s.C == 1) s.groups = 1;
+      s.R = testing::rand_int(rng, 1, 4);
+      s.S = testing::rand_int(rng, 1, 4);
+      s.stride_h = testing::rand_int(rng, 1, 3);
+      s.stride_w = testing::rand_int(rng, 1, 3);
+      s.dil_h = testing::rand_int(rng, 1, 2);
+      s.dil_w = testing::rand_int(rng, 1, 2);
+      s.pad_h = testing::rand_int(rng, 0, 3);
+      s.pad_w = testing::rand_int(rng, 0, 3);
+      s.H = testing::rand_int(rng, s.dil_h * (s.R - 1) + 1, 20);
+      s.W = testing::rand_int(rng, s.dil_w * (s.S - 1) + 1, 40);
+      const auto cands = kernels::conv_nchwc_candidate_knobs(s, isa);
+      const ConvNchwcKnobs k = cands[static_cast<size_t>(testing::rand_int(rng, 0, cands.size() - 1))];
+      Options o;
+      o.bias = t % 2 == 0;
+      o.residual = t % 3 == 0;
+      o.act = static_cast<Activation>(t % 3);
+      o.hook = t % 4 == 0;
+      check(rng, s, k, isa, t % 2 ? static_cast<const Parallel&>(testing::kTwo)
+                                  : static_cast<const Parallel&>(testing::kSerial),
+            o);
+    }
+  }
+}
+
+TEST(ConvNchwc, EveryCandidateIsCorrect) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 304);
+  const Conv2dShape shapes[] = {shape(1, 32, 9, 30, 32, 3, 3, 1, 1),
+                                shape(1, 64, 7, 7, 48, 1, 1, 1, 0),
+                                shape(1, 32, 10, 11, 32, 3, 3, 2, 1, 1, 32)};
+  for (Isa isa : testing::isas_to_test())
+    for (const auto& s : shapes) {
+      const auto cands = kernels::conv_nchwc_candidate_knobs(s, isa);
+      EXPECT_EQ(cands.front(), kernels::conv_nchwc_default_knobs(s, isa));
+      EXPECT_GE(cands.size(), 4u);
+      for (size_t i = 0; i < cands.size(); ++i) {
+        for (size_t j = 0; j < i; ++j) EXPECT_FALSE(cands[i] == cands[j]) << "duplicate candidate";
+        EXPECT_NO_THROW(kernels::conv_nchwc_check(s, cands[i], isa));
+        Options o;
+        o.residual = i % 2 == 1;
+        o.act = Activation::Relu;
+        check(rng, s, cands[i], isa, testing::kTwo, o);
+      }
+    }
+}
+
+TEST(ConvNchwc, DefaultKnobsAreDeterministicAndValid) {
+  for (Isa isa : {Isa::Scalar, Isa::Avx2, Isa::Avx512})
+    for (const auto& c : kCases) {
+      const ConvNchwcKnobs a = kernels::conv_nchwc_default_knobs(c.s, isa);
+      EXPECT_EQ(a, kernels::conv_nchwc_default_knobs(c.s, isa));
+      EXPECT_NO_THROW(kernels::conv_nchwc_check(c.s, a, isa)) << c.name;
+    }
+  // The RGB first layer gets a block of exactly its 3 channels.
+  EXPECT_EQ(kernels::conv_nchwc_default_knobs(shape(1, 3, 224, 224, 64, 7, 7, 2, 3), Isa::Avx512)
+                .ic_bn,
+            3);
+}
+
+TEST(ConvNchwc, LayoutRoundTrips) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 305);
+  struct Dims { int64_t N, C, H, W; };
+  const Dims dims[] = {{1, 16, 4, 5}, {2, 19, 3, 7}, {1, 3, 5, 5}, {3, 1, 2, 9}, {1, 40, 1, 1}};
+  for (const auto& d : dims)
+    for (int bn : {1, 3, 8, 16, 32})
+      for (int bn2 : {8, 16, 5}) {
+        SCOPED_TRACE(::testing::Message() << "N=" << d.N << " C=" << d.C << " H=" << d.H
+                                          << " W=" << d.W << " bn=" << bn << " bn2=" << bn2);
+        const size_t n = static_cast<size_t>(d.N * d.C * d.H * d.W);
+        const auto x = testing::random_vec(rng, n);
+        std::vector<float> b1(static_cast<size_t>(kernels::nchwc_floats(d.N, d.C, d.H, d.W, bn)),
+                              std::numeric_limits<float>::quiet_NaN());
+        kernels::nchw_to_nchwc(x.data(), d.N, d.C, d.H, d.W, bn, b1.data(), testing::kTwo);
+        // Element (n, c, h, w) at its blocked position; padding lanes zero.
+        const int64_t Cb = (d.C + bn - 1) / bn;
+        size_t wrong = 0;
+        for (int64_t nn = 0; nn < d.N; ++nn)
+          for (int64_t c = 0; c < Cb * bn; ++c)
+            for (int64_t hw = 0; hw < d.H * d.W; ++hw) {
+              const float got = b1[((nn * Cb + c / bn) * d.H * d.W + hw) * bn + c % bn];
+              const float want = c < d.C ? x[(nn * d.C + c) * d.H * d.W + hw] : 0.f;
+              wrong += got != want;
+            }
+        EXPECT_EQ(wrong, 0u);
+        std::vector<float> back(n, std::numeric_limits<float>::quiet_NaN());
+        kernels::nchwc_to_nchw(b1.data(), d.N, d.C, d.H, d.W, bn, back.data(), testing::kSerial);
+        EXPECT_EQ(back, x);
+        // Re-blocking equals blocking straight from NCHW.
+        std::vector<float> b2(static_cast<size_t>(kernels::nchwc_floats(d.N, d.C, d.H, d.W, bn2)),
+                              std::numeric_limits<float>::quiet_NaN());
+        std::vector<float> b2_direct(b2.size());
+        kernels::nchwc_to_nchwc(b1.data(), d.N, d.C, d.H, d.W, bn, bn2, b2.data(), testing::kTwo);
+        kernels::nchw_to_nchwc(x.data(), d.N, d.C, d.H, d.W, bn2, b2_direct.data(),
+                               testing::kSerial);
+        EXPECT_EQ(b2, b2_direct);
+      }
+}
+
+TEST(ConvNchwc, InvalidShapesAndKnobsThrow) {
+  SerialParallel serial;
+  std::vector<float> buf(1 << 16, 0.f);
+  const float* x = buf.data();
+  float* y = buf.data();
+  const Conv2dShape ok = shape(1, 16, 8, 8, 16, 3, 3, 1, 1);
+  const ConvNchwcKnobs k16{16, 16, 8, true};
+  auto run = [&](const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
+    std::vector<float> out(static_cast<size_t>(kernels::nchwc_floats(s.N, s.K, 16, 16, k.oc_bn)));
+    kernels::conv2d_nchwc(s, k, x, x, nullptr, nullptr, Activation::None, out.data(), serial, {},
+                          isa);
+  };
+  // Grouped, not depthwise: unsupported, with the reason.
+  const Conv2dShape grouped = shape(1, 16, 8, 8, 32, 3, 3, 1, 1, 1, 4);
+  std::string why;
+  EXPECT_FALSE(kernels::conv_nchwc_supported(grouped, &why));
+  EXPECT_NE(why.find("groups=4"), std::string::npos) << why;
+  EXPECT_THROW(run(grouped, k16, Isa::Scalar), Error);
+  EXPECT_THROW(kernels::conv_nchwc_default_knobs(grouped, Isa::Scalar), Error);
+  // Depthwise with a channel multiplier (K = 2C) is grouped too.
+  EXPECT_FALSE(kernels::conv_nchwc_supported(shape(1, 8, 8, 8, 16, 3, 3, 1, 1, 1, 8), nullptr));
+  // Invalid convolutions.
+  EXPECT_THROW(kernels::conv_nchwc_supported(shape(1, 3, 4, 4, 4, 1, 1, 1, 0, 1, 2)), Error);
+  EXPECT_THROW(run(shape(1, 2, 2, 2, 2, 5, 5, 1, 0), k16, Isa::Scalar), Error);
+  EXPECT_THROW(run(shape(1, 2, 4, 4, 2, 1, 1, 0, 0), k16, Isa::Scalar), Error);
+  // Knobs outside what the ISA's tiles have.
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {16, 12, 8, true}, Isa::Avx512), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {16, 16, 29, true}, Isa::Avx512), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {16, 32, 15, true}, Isa::Avx512), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {16, 32, 4, true}, Isa::Avx2), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {16, 16, 7, true}, Isa::Avx2), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {16, 65, 4, true}, Isa::Scalar), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {16, 16, 0, true}, Isa::Scalar), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {0, 16, 4, true}, Isa::Scalar), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(ok, {257, 16, 4, true}, Isa::Scalar), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(shape(1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 16),
+                                         {8, 16, 4, true}, Isa::Scalar),
+               Error);  // depthwise needs ic_bn == oc_bn
+  try {
+    kernels::conv_nchwc_check(ok, {16, 12, 8, true}, Isa::Avx512);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("oc_bn=12"), std::string::npos) << e.what();
+  }
+  // Null pointers.
+  EXPECT_THROW(kernels::conv2d_nchwc(ok, k16, nullptr, x, nullptr, nullptr, Activation::None, y,
+                                     serial, {}, Isa::Scalar),
+               Error);
+  EXPECT_THROW(kernels::conv_nchwc_pack_weight(ok, k16, nullptr, y), Error);
+  EXPECT_THROW(kernels::nchw_to_nchwc(x, 1, 4, 2, 2, 0, y, serial), Error);
+  // An ISA the CPU lacks.
+  for (Isa isa : {Isa::Avx2, Isa::Avx512})
+    if (!kernels::isa_supported(isa)) {
+      EXPECT_THROW(run(ok, {16, 16, 4, true}, isa), Error);
+    }
+}
+
+}  // namespace
+}  // namespace dnnfusion

@@ -1,0 +1,195 @@
+// NCHW[x]c layout propagation (csrc/layout): IR in / IR out on small CNN graphs (where transforms
+// go, what stays blocked) and numerical equivalence with the NCHW graph through the runtime.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "ecg/verifier.h"
+#include "layout/propagate_blocked_layout.h"
+#include "rewrite_test_util.h"
+
+namespace dnnfusion {
+namespace {
+
+using layout::ConvScheme;
+using layout::LayoutStats;
+using rewrite_test::count_op;
+using rewrite_test::fold;
+using rewrite_test::GraphBuilder;
+using rewrite_test::outputs_close;
+using rewrite_test::random_inputs;
+using rewrite_test::run_graph;
+
+// Blocks of `b` where they divide the channels (the input's block when it has one), else NCHW.
+layout::ConvSchemeFn fixed_blocks(int b, int* asked_with_block = nullptr) {
+  return [b, asked_with_block](const ecg::Graph& g, const ecg::Node& n, int input_block) -> std::optional<ConvScheme> {
+    const int64_t C = g.value(n.inputs[0]).shape[1], K = g.value(n.outputs[0]).shape[1];
+    if (asked_with_block && input_block) ++*asked_with_block;
+    const int ic = input_block ? input_block : (C % b == 0 ? b : static_cast<int>(C));
+    if (K % b || C % ic) return std::nullopt;
+    return ConvScheme{n.attr_int("groups", 1) > 1 ? b : ic, b, 4, false};
+  };
+}
+
+ecg::Graph residual_block(GraphBuilder& B) {
+  int x = B.input({1, 16, 9, 9});
+  int c1 = B.un("relu", B.conv(x, B.weight({32, 16, 3, 3}, 0.05f, 0.2f), B.weight({32}), 1, 1));
+  int c2 = B.conv(c1, B.weight({32, 32, 3, 3}, 0.05f, 0.2f), B.weight({32}), 1, 1);
+  int r = B.un("relu", B.bin("add", c2, c1));
+  int m = B.reduce("mean", r, {2, 3}, true);
+  B.out({B.view(m, {1, 32})});
+  return B.g;
+}
+
+TEST(LayoutPropagate, ResidualBlockStaysBlockedBetweenConvs) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  ecg::Graph g = residual_block(B);
+  int asked = 0;
+  LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(g, fixed_blocks(16, &asked), &st);
+  ecg::verify_graph(out);
+  EXPECT_EQ(count_op(out, "convolution"), 0);
+  EXPECT_EQ(count_op(out, "conv2d_nchwc"), 2);
+  EXPECT_EQ(count_op(out, "conv2d_nchwc_pack_weight"), 2);
+  EXPECT_EQ(st.convs_blocked, 2);
+  EXPECT_EQ(st.to_blocked, 1);      // the graph input, once
+  EXPECT_EQ(st.to_plain, 1);        // after the global pool: a [1, 32, 1, 1] tensor
+  EXPECT_EQ(st.reblocked, 0);
+  EXPECT_EQ(st.ops_propagated, 4);  // relu, add, relu, mean
+  EXPECT_EQ(asked, 1);              // the second conv was offered its input's block
+  // Everything between the convs is 5-D; graph inputs and outputs keep their shapes.
+  for (const auto& n : out.nodes())
+    if (n.op == "relu" || n.op == "add") EXPECT_EQ(out.value(n.outputs[0]).shape, (std::vector<int64_t>{1, 2, 9, 9, 16}));
+  EXPECT_EQ(out.value(out.inputs()[0]).shape, g.value(g.inputs()[0]).shape);
+  EXPECT_EQ(out.value(out.outputs()[0]).shape, (std::vector<int64_t>{1, 32}));
+}
+
+TEST(LayoutPropagate, DecliningSchemeKeepsTheGraph) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  ecg::Graph g = residual_block(B);
+  LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(
+      g, [](const ecg::Graph&, const ecg::Node&, int) { return std::optional<ConvScheme>{}; }, &st);
+  EXPECT_EQ(out.nodes().size(), g.nodes().size());
+  for (size_t i = 0; i < g.nodes().size(); ++i) EXPECT_EQ(out.nodes()[i].op, g.nodes()[i].op);
+  EXPECT_EQ(st.convs_blocked + st.to_blocked + st.to_plain + st.ops_propagated, 0);
+}
+
+TEST(LayoutPropagate, LayoutDependentConsumerGetsOnePlainCopy) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  int x = B.input({2, 8, 6, 6});
+  int c = B.un("relu", B.conv(x, B.weight({16, 8, 1, 1}), B.weight({16})));
+  int a = B.view(c, {2, 16 * 36});            // layout-dependent
+  int p = B.maxpool(c, 2, 2);                 // runs blocked; a graph output, so converted back
+  int s = B.reduce("sum", B.un("sigmoid", c), {1}, false);  // sigmoid blocked, the channel sum is not
+  B.out({a, p, s});
+  LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(B.g, fixed_blocks(8), &st);
+  ecg::verify_graph(out);
+  EXPECT_EQ(st.convs_blocked, 1);
+  EXPECT_EQ(st.to_plain, 3);  // relu output once (for the view), the pool's and the sigmoid's outputs
+  auto in = random_inputs(B.g, rng, -1.f, 1.f);
+  EXPECT_TRUE(outputs_close(B.g, run_graph(B.g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
+}
+
+TEST(LayoutPropagate, ChannelBroadcastOperandsAndConcatStayBlocked) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  int x = B.input({1, 16, 7, 7});
+  int c1 = B.conv(x, B.weight({16, 16, 3, 3}, 0.05f, 0.2f), -1, 1, 1);
+  // squeeze-and-excitation: a per-channel gate computed from the blocked tensor itself
+  int gate = B.un("sigmoid", B.conv(B.reduce("mean", c1, {2, 3}, true), B.weight({16, 16, 1, 1}), B.weight({16})));
+  int se = B.bin("mul", c1, gate);
+  int scaled = B.bin("add", B.bin("mul", se, B.weight({16, 1, 1})), B.cst(0.25f));  // constant per-channel scale
+  int dw = B.conv(scaled, B.weight({16, 1, 3, 3}), B.weight({16}), 1, 1, 16);    // depthwise
+  int cat = B.node("cat", {dw, c1}, {1, 32, 7, 7}, {{"dim", int64_t{1}}});
+  B.out({B.conv(cat, B.weight({8, 32, 1, 1}), -1)});
+  LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(B.g, fixed_blocks(8), &st);
+  ecg::verify_graph(out);
+  EXPECT_EQ(st.convs_blocked, 4);
+  EXPECT_EQ(st.to_blocked, 1);
+  EXPECT_EQ(st.to_plain, 1);
+  EXPECT_EQ(count_op(out, "convolution"), 0);
+  auto in = random_inputs(B.g, rng, -1.f, 1.f);
+  EXPECT_TRUE(outputs_close(B.g, run_graph(B.g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
+}
+
+TEST(LayoutPropagate, ConvOfferedAnotherBlockIsReblocked) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  int x = B.input({1, 32, 5, 5});
+  int c1 = B.conv(x, B.weight({32, 32, 3, 3}, 0.05f, 0.2f), -1, 1, 1);
+  B.out({B.conv(c1, B.weight({16, 32, 3, 3}, 0.05f, 0.2f), -1, 1, 1)});
+  int calls = 0;
+  auto scheme = [&calls](const ecg::Graph&, const ecg::Node&, int) -> std::optional<ConvScheme> {
+    return ++calls == 1 ? ConvScheme{8, 16, 4, false} : ConvScheme{8, 8, 2, true};
+  };
+  LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(B.g, scheme, &st);
+  EXPECT_EQ(st.reblocked, 1);
+  auto in = random_inputs(B.g, rng, -1.f, 1.f);
+  EXPECT_TRUE(outputs_close(B.g, run_graph(B.g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
+}
+
+TEST(LayoutPropagate, SchemeThatDoesNotFitIsAnError) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  int x = B.input({1, 12, 5, 5});
+  B.out({B.conv(x, B.weight({16, 12, 3, 3}), -1)});
+  auto bad = [](const ecg::Graph&, const ecg::Node&, int) { return std::optional<ConvScheme>{ConvScheme{8, 16, 4, false}}; };
+  try {
+    layout::propagate_blocked_layout(B.g, bad);
+    FAIL() << "expected an error: 8 does not divide 12 channels";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("ic_bn=8"), std::string::npos) << e.what();
+  }
+}
+
+TEST(LayoutPropagate, ResidualBlockComputesTheSameValues) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  ecg::Graph g = residual_block(B);
+  ecg::Graph out = fold(layout::propagate_blocked_layout(g, fixed_blocks(16)));
+  EXPECT_EQ(count_op(out, "conv2d_nchwc_pack_weight"), 0) << "packing must fold at compile time";
+  auto in = random_inputs(g, rng, -1.f, 1.f);
+  EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
+}
+
+}  // namespace
+}  // namespace dnnfusion
+
+namespace dnnfusion {
+namespace {
+
+// conv -> max-pool -> conv -> avg-pool -> conv: the pools run blocked, so only the graph input
+// and output are transformed.
+TEST(LayoutPropagate, PoolsStayBlockedBetweenConvs) {
+  std::mt19937_64 rng(testing::test_seed());
+  rewrite_test::GraphBuilder B(rng);
+  int x = B.input({1, 8, 17, 17});
+  int c1 = B.un("relu", B.conv(x, B.weight({16, 8, 3, 3}, 0.05f, 0.2f), B.weight({16}), 1, 1));
+  int p1 = B.maxpool(c1, 3, 2);
+  int c2 = B.conv(p1, B.weight({16, 16, 3, 3}, 0.05f, 0.2f), B.weight({16}), 1, 1);
+  int p2 = B.avgpool(c2, 2, 2);
+  int c3 = B.conv(p2, B.weight({16, 16, 1, 1}, 0.05f, 0.2f), B.weight({16}), 1, 0);
+  B.out({c3});
+  ecg::Graph g = B.g;
+  layout::LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(g, fixed_blocks(8), &st);
+  ecg::verify_graph(out);
+  EXPECT_EQ(rewrite_test::count_op(out, "max_pool2d_nchwc"), 1);
+  EXPECT_EQ(rewrite_test::count_op(out, "avg_pool2d_nchwc"), 1);
+  EXPECT_EQ(st.to_blocked, 1);
+  EXPECT_EQ(st.to_plain, 1);
+  EXPECT_EQ(st.reblocked, 0);
+  auto in = rewrite_test::random_inputs(g, rng, -1.f, 1.f);
+  ecg::Graph folded = rewrite_test::fold(out);
+  EXPECT_TRUE(rewrite_test::outputs_close(g, rewrite_test::run_graph(g, in), rewrite_test::run_graph(folded, in), 1e-5))
+      << testing::seed_note();
+}
+
+}  // namespace
+}  // namespace dnnfusion

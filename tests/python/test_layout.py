@@ -1,0 +1,144 @@
+"""NCHW[x]c layouts end to end: every layout mode matches eager, the tuning database is filled by
+options={"tune": True} and by `python -m dnnfusion.tune`, and read back by the next compile."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+import torchvision
+
+import dnnfusion
+from dnnfusion.report import collecting
+
+
+class SmallCNN(nn.Module):
+    """Stem, a residual block, a depthwise conv, a 10-channel conv (stays NCHW) and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 2, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.c1 = nn.Sequential(nn.Conv2d(32, 32, 3, 1, 1), nn.ReLU(), nn.Conv2d(32, 32, 3, 1, 1))
+        self.dw = nn.Sequential(nn.Conv2d(32, 32, 3, 1, 1, groups=32), nn.ReLU6(), nn.Conv2d(32, 64, 1))
+        self.odd = nn.Conv2d(64, 10, 1)
+        self.fc = nn.Linear(10, 5)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(self.c1(x) + x)
+        x = self.odd(self.dw(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def _model():
+    torch.manual_seed(0)
+    m = SmallCNN().eval()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 2.0)
+    return m
+
+
+def _run(model, x, options):
+    torch._dynamo.reset()
+    f = torch.compile(model, backend="dnnfusion", options=options)
+    with collecting() as graphs, torch.no_grad():
+        y = f(x)
+    return y, [r for g in graphs for r in g.regions]
+
+
+def _close(y, ref):
+    return (y - ref).abs().max().item() <= 2e-4 * ref.abs().max().item()
+
+
+@pytest.mark.parametrize("layout", [True, "local", "convs-only", False])
+@pytest.mark.parametrize("fusion", ["dnnfusion", "none"])
+def test_layout_modes_match_eager(layout, fusion, tmp_path):
+    m, x = _model(), torch.randn(2, 3, 33, 31)
+    with torch.no_grad():
+        ref = m(x)
+    y, regions = _run(m, x, {"layout": layout, "fusion": fusion, "tuning_db": str(tmp_path / "db.txt")})
+    assert _close(y, ref), (y - ref).abs().max()
+    blocked = sum(r["convs_blocked"] for r in regions)
+    assert blocked == (0 if layout is False else 5), blocked  # 5 of the 6 convs have blockable channels
+    propagated = sum(r["layout_propagated"] for r in regions)
+    if layout in (True, "local"):
+        assert propagated > 0
+    else:
+        assert propagated == 0
+
+
+def test_tune_fills_the_database_and_the_next_compile_reads_it(tmp_path, capfd):
+    db = tmp_path / "tuning.txt"
+    m, x = _model(), torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        ref = m(x)
+    y, regions = _run(m, x, {"tune": True, "tuning_db": str(db)})
+    assert _close(y, ref)
+    assert sum(r["convs_tuned_now"] for r in regions) > 0
+    assert "tuning convolutions" in capfd.readouterr().err  # the progress bar
+    assert db.exists() and db.read_text().startswith("dnnfusion-tuning-db")
+    y2, regions2 = _run(m, x, {"tuning_db": str(db)})
+    assert _close(y2, ref)
+    assert sum(r["convs_tuned_now"] for r in regions2) == 0
+    assert {r["layout_method"] for r in regions2 if r["convs_blocked"]} == {"global (exact)"}
+
+
+def test_corrupt_tuning_database_is_rebuilt_with_a_warning(tmp_path, capfd):
+    db = tmp_path / "tuning.txt"
+    db.write_text("this is not a tuning database\n\x00\x01")
+    m, x = _model(), torch.randn(1, 3, 32, 32)
+    with torch.no_grad():
+        ref = m(x)
+    y, regions = _run(m, x, {"tune": True, "tuning_db": str(db)})
+    assert _close(y, ref)
+    assert "tuning database" in capfd.readouterr().err
+    assert db.read_text().startswith("dnnfusion-tuning-db")
+
+
+@pytest.mark.parametrize("opts, match", [
+    ({"layout": "nchw"}, "layout"),
+    ({"layout": 1}, "layout"),
+    ({"tune": "yes"}, "tune"),
+    ({"tuning_db": 3}, "tuning_db"),
+])
+def test_invalid_layout_options_are_value_errors(opts, match):
+    with pytest.raises(ValueError, match=match):
+        dnnfusion.options.parse_options(opts)
+
+
+def test_explain_reports_the_layout():
+    rep = dnnfusion.explain(_model(), torch.randn(1, 3, 32, 32), options={"tuning_db": ""}, compare_modes=False)
+    text = str(rep)
+    assert "layout (NCHW[x]c):" in text
+    assert "convolutions blocked           : 5 (schemes: heuristic)" in text
+
+
+def test_tune_command_prefills_the_database(tmp_path):
+    db = tmp_path / "cli.txt"
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    r = subprocess.run([sys.executable, "-m", "dnnfusion.tune", "torchvision.models:resnet18", "--shape", "3,64,64",
+                        "--threads", "2", "--db", str(db)], capture_output=True, text=True, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "resnet18 batch 1: 20 convolutions" in r.stdout, r.stdout
+    lines = [line for line in db.read_text().splitlines()[1:] if line.strip()]
+    assert len(lines) > 10
+    # The second compile of the same model reads every entry: nothing left to measure.
+    m = torchvision.models.resnet18(weights=None).eval()
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        ref = m(x)
+    y, regions = _run(m, x, {"tuning_db": str(db), "threads": 2})
+    assert _close(y, ref)
+    assert sum(r["convs_tuned_now"] for r in regions) == 0
+    assert sum(r["convs_blocked"] for r in regions) == 20
+
+
+def test_unknown_model_in_tune_command_is_a_clear_error():
+    r = subprocess.run([sys.executable, "-m", "dnnfusion.tune", "no_such_model"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2
+    assert "unknown model 'no_such_model'" in r.stderr
