@@ -123,6 +123,13 @@ class DnnFusionPlanner {
     // turn the pair into a (yellow) Many-to-Many + Reorganize question.
     const bool free = hooks_.free_merge && hooks_.free_merge(g_, block_, cand);
     const bool keeps_type = free && ct != MappingType::ManyToMany;
+    if (dir == Dir::Successor && !free && is_data_movement(ct) && feeds_from_materialized_value(cand)) {
+      // E.g. relu -> (next conv, re-blocking permute): the relu's output is written for the conv
+      // anyway and the permute walks another index space, so the block would run two loops, the
+      // same as apart, while the relu could no longer be its producer's epilogue.
+      note(what + ": refused, its input is materialized for other consumers, fusing saves no loop");
+      return false;
+    }
     if (rule.cell == Cell::Yellow && free) {
       note(what + ": data movement absorbed as index arithmetic, fused without measuring");
     } else if (rule.cell == Cell::Yellow) {
@@ -141,6 +148,27 @@ class DnnFusionPlanner {
     if (ct == MappingType::ManyToMany) ++m2m_;
     mark(cand);
     return true;
+  }
+
+  static bool is_data_movement(MappingType t) {
+    return t == MappingType::Reorganize || t == MappingType::Shuffle;
+  }
+
+  // True if a block value cand reads must be written out anyway (a graph output, or read by a node
+  // outside the block other than cand).
+  bool feeds_from_materialized_value(int cand) {
+    for (int m : block_) in_block_[static_cast<size_t>(m)] = 1;
+    bool any = false;
+    for (int v : g_.node(cand).inputs) {
+      if (v < 0) continue;
+      const ecg::Value& val = g_.value(v);
+      if (val.producer < 0 || !in_block_[static_cast<size_t>(val.producer)]) continue;
+      if (val.is_output) any = true;
+      for (int u : val.users)
+        if (u != cand && !in_block_[static_cast<size_t>(u)]) any = true;
+    }
+    for (int m : block_) in_block_[static_cast<size_t>(m)] = 0;
+    return any;
   }
 
   // The refusal reason, or nullptr if block_ + cand passes every constraint.

@@ -739,3 +739,28 @@ TEST(DnnFusion, FreeDataMovementFusesWithoutMeasuringAndKeepsTheBlockType) {
   EXPECT_EQ(p.blocks[0].type, MappingType::ManyToMany);
   EXPECT_NO_THROW(verify_plan(b.g, p, hooks));
 }
+
+TEST(DnnFusion, DataMovementOfAValueWrittenAnywayStaysOutSoTheActivationJoinsItsProducer) {
+  // conv -> relu -> {graph output, permute -> conv2}: the relu's output is written whatever the
+  // plan, so relu + permute would run two loops in one block and leave conv without its epilogue.
+  // The relu must join the conv; the permute is a block of its own.
+  Builder b;
+  const std::vector<int64_t> kT = {1, 8, 16, 8};
+  int x = b.input(kS);
+  int c = b.op("convolution", {x, b.weight({16, 16, 3, 3}), -1}, kS);
+  int r = b.op("relu", {c}, kS);
+  int pm = b.op("permute", {r}, kT);
+  int c2 = b.op("convolution", {pm, b.weight({16, 8, 3, 3}), -1}, {1, 16, 16, 8});
+  b.g.set_outputs({r, c2});
+  Plan p = plan_dnnfusion(b.g, {});
+  EXPECT_TRUE(same_block(p, b.node(c), b.node(r))) << log_text(p);
+  EXPECT_FALSE(same_block(p, b.node(r), b.node(pm))) << log_text(p);
+  EXPECT_TRUE(log_has(p, "materialized for other consumers")) << log_text(p);
+  EXPECT_NO_THROW(verify_plan(b.g, p, {}));
+
+  // When nothing else reads the relu's output it need not be written: relu + permute is one loop
+  // and stays a legal (green) merge.
+  b.g.set_outputs({c2});
+  Plan p2 = plan_dnnfusion(b.g, {});
+  EXPECT_TRUE(same_block(p2, b.node(r), b.node(pm))) << log_text(p2);
+}
