@@ -154,18 +154,23 @@ class DnnFusionPlanner {
     return t == MappingType::Reorganize || t == MappingType::Shuffle;
   }
 
-  // True if a block value cand reads must be written out anyway (a graph output, or read by a node
-  // outside the block other than cand).
+  // True if a block value cand depends on (directly or through other block nodes) must be written
+  // out anyway: a graph output, or read by a node outside the block other than cand.
   bool feeds_from_materialized_value(int cand) {
     for (int m : block_) in_block_[static_cast<size_t>(m)] = 1;
     bool any = false;
-    for (int v : g_.node(cand).inputs) {
-      if (v < 0) continue;
+    std::vector<int> stack(g_.node(cand).inputs.begin(), g_.node(cand).inputs.end());
+    std::unordered_set<int> seen;
+    while (!stack.empty() && !any) {
+      const int v = stack.back();
+      stack.pop_back();
+      if (v < 0 || !seen.insert(v).second) continue;
       const ecg::Value& val = g_.value(v);
       if (val.producer < 0 || !in_block_[static_cast<size_t>(val.producer)]) continue;
       if (val.is_output) any = true;
       for (int u : val.users)
         if (u != cand && !in_block_[static_cast<size_t>(u)]) any = true;
+      for (int in : g_.node(val.producer).inputs) stack.push_back(in);
     }
     for (int m : block_) in_block_[static_cast<size_t>(m)] = 0;
     return any;

@@ -88,12 +88,16 @@ class Propagator {
     while (s.size() < 4) s.insert(s.begin(), 1);
     const bool activation = !g_.value(v).is_compile_time();
     int nv;
-    if (block_of(v) && s[1] == C) {
-      // Re-block through NCHW: both halves are views, which the code generator composes.
-      reblocking_ = true;
-      const int p = plain(v);
-      reblocking_ = false;
-      nv = to_blocked(p, s, b);
+    if (const int a = block_of(v); a && s[1] == C) {
+      if (a % b == 0 || b % a == 0) {
+        nv = reblock(blocked_.at({v, a}), s, a, b);
+      } else {
+        // Through NCHW: two loops, as the channel split of one block is no strided view of the other.
+        reblocking_ = true;
+        const int p = plain(v);
+        reblocking_ = false;
+        nv = to_blocked(p, s, b);
+      }
       ++st_.reblocked;
     } else if (s[1] == 1) {
       nv = rb_.view(plain(v), {s[0], 1, s[2], s[3], 1});
@@ -103,6 +107,24 @@ class Propagator {
     }
     blocked_[{v, b}] = nv;
     return nv;
+  }
+
+  // [N, C/a, H, W, a] -> [N, C/b, H, W, b] where one block divides the other: one permute (one
+  // loop) between views that split and merge contiguous dimensions (aliases). Going through NCHW
+  // would need two loops: the NCHW view of a blocked tensor merges dimensions no stride describes.
+  int reblock(int src, const std::vector<int64_t>& s, int a, int b) {
+    const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+    const DType dt = rb_.dtype(src);
+    if (a > b) {  // split each a-block into k = a/b consecutive b-blocks
+      const int64_t k = a / b;
+      const int r = rb_.view(src, {N, C / a, H, W, k, b});
+      const int p = rb_.add("permute", {r}, {N, C / a, k, H, W, b}, dt, {{"dims", std::vector<int64_t>{0, 1, 4, 2, 3, 5}}});
+      return rb_.view(p, blocked_shape(s, b));
+    }
+    const int64_t k = b / a;  // k consecutive a-blocks form one b-block
+    const int r = rb_.view(src, {N, C / b, k, H, W, a});
+    const int p = rb_.add("permute", {r}, {N, C / b, H, W, k, a}, dt, {{"dims", std::vector<int64_t>{0, 1, 3, 4, 2, 5}}});
+    return rb_.view(p, blocked_shape(s, b));
   }
 
   int to_blocked(int nv, const std::vector<int64_t>& s, int b) {
