@@ -681,6 +681,17 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
       }
     }
     const int d_out = d >= 0 ? g.node(d).outputs[0] : -1;
+    // In-block nodes that depend on the dominant op (it included); node ids are topological.
+    std::vector<char> after_d(g.nodes().size(), 0);
+    if (d >= 0) {
+      std::vector<int> sorted(blk.nodes.begin(), blk.nodes.end());
+      std::sort(sorted.begin(), sorted.end());
+      for (int n : sorted) {
+        if (n == d) after_d[n] = 1;
+        for (int in : g.node(n).inputs)
+          if (produced_in_block(in) && after_d[g.value(in).producer]) after_d[n] = 1;
+      }
+    }
     std::vector<runtime::Step> steps;
     std::vector<runtime::Alias> aliases;
     int epilogue_target = -1, store_target = -1;
@@ -738,14 +749,15 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
         rep.steps.clear();
         const size_t resolver_base = resolvers.size();
         try {
-          // 1. values before the dominant op
+          // 1. values before the dominant op: its in-block inputs, and values that do not depend
+          // on it (e.g. a re-blocked residual) — its epilogue may read them
           for (int v : order)
-            if (d >= 0 && pre[g.value(v).producer]) emit_value(v);
+            if (d >= 0 && (pre[g.value(v).producer] || !after_d[g.value(v).producer])) emit_value(v);
           // 2. the dominant op with its hooks
           if (d >= 0) {
             std::vector<int> post;
             for (int v : order)
-              if (!pre[g.value(v).producer] && g.value(v).producer != d) post.push_back(v);
+              if (after_d[g.value(v).producer] && g.value(v).producer != d) post.push_back(v);
             if (dk->epilogue_hook && is_f32(g, d_out) && !mat.count(d_out)) {
               int candidates = 0, target = -1;
               bool ok = true;

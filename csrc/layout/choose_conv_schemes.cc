@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <mutex>
 #include <random>
 #include <set>
 
@@ -279,18 +280,25 @@ class Chooser {
   }
 
   // Measured time of re-blocking an [N, C, H, W] tensor from block a to block b (0 when equal).
+  // Measured once per process: compiles of one model (e.g. explain's three fusion modes) must see
+  // the same costs, or timing noise gives them different layouts.
   double reblock_us(const std::vector<int64_t>& shape, int a, int b) {
     if (a == b) return 0;
-    const auto key = std::make_tuple(shape, a, b);
-    if (auto it = reblock_.find(key); it != reblock_.end()) return it->second;
+    static std::mutex mu;
+    static std::map<std::tuple<std::vector<int64_t>, int, int, int>, double> measured;
+    const auto key = std::make_tuple(shape, a, b, o_.threads);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (auto it = measured.find(key); it != measured.end()) return it->second;
+    }
     const int64_t N = shape[0], C = shape[1], H = shape[2], W = shape[3];
     auto x = random_floats(static_cast<size_t>(kernels::nchwc_floats(N, C, H, W, a)), 4);
     std::vector<float> y(static_cast<size_t>(kernels::nchwc_floats(N, C, H, W, b)));
     kernels::SerialParallel serial;
     const kernels::Parallel& par = o_.par ? *o_.par : serial;
     const double us = median_us([&] { kernels::nchwc_to_nchwc(x.data(), N, C, H, W, a, b, y.data(), par); });
-    reblock_[key] = us;
-    return us;
+    std::lock_guard<std::mutex> lock(mu);
+    return measured.emplace(key, us).first->second;  // a concurrent first measurement wins
   }
 
   void add_edge(std::map<std::pair<int, int>, std::vector<std::vector<double>>>& edges, int a, int b,
@@ -350,7 +358,6 @@ class Chooser {
   const ChooseOptions& o_;
   std::vector<ConvVar> vars_;
   std::unordered_map<int, int> var_of_;  // conv node id -> variable
-  std::map<std::tuple<std::vector<int64_t>, int, int>, double> reblock_;
   int tuned_now_ = 0, from_db_ = 0;
 };
 

@@ -249,6 +249,33 @@ TEST(Codegen, ManyToManyBlocksMatchUnfused) {
   EXPECT_EQ(exe.stats().irs_bytes, 0);
 }
 
+TEST(Codegen, ValueTheEpilogueReadsButThatDoesNotDependOnTheKernelRunsBeforeIt) {
+  // conv -> add(residual re-blocked in the block) -> relu: the residual's permute + view has no
+  // strided view (it merges dims of a permuted tensor), so the block materializes it; that loop
+  // must run before the conv whose epilogue reads it (a re-blocked residual in NCHW[x]c ResNets).
+  std::mt19937_64 rng(dt::test_seed());
+  SCOPED_TRACE(dt::seed_note());
+  Graph g;
+  int img = g.add_input({1, 4, 6, 6}, DType::Float32, "img");
+  int res = g.add_input({1, 2, 6, 6, 2}, DType::Float32, "res");
+  auto cw = rnd(rng, 4 * 4 * 9), cb = rnd(rng, 4);
+  int CW = g.add_weight({4, 4, 3, 3}, DType::Float32, cw.data(), "cw");
+  int CB = g.add_weight({4}, DType::Float32, cb.data(), "cb");
+  auto f = [&](const char* op, std::vector<int> in, std::vector<int64_t> sh, ecg::AttrMap a = {}) {
+    return g.node(g.add_node(op, in, {{sh, DType::Float32}}, a)).outputs[0];
+  };
+  int cv = f("convolution", {img, CW, CB}, {1, 4, 6, 6},
+             {{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+              {"dilation", std::vector<int64_t>{1, 1}}, {"transposed", int64_t{0}},
+              {"output_padding", std::vector<int64_t>{0, 0}}, {"groups", int64_t{1}}});  // node 0
+  int pm = f("permute", {res}, {1, 2, 2, 6, 6}, {{"dims", std::vector<int64_t>{0, 1, 4, 2, 3}}});  // 1
+  int vw = f("view", {pm}, {1, 4, 6, 6}, {{"size", std::vector<int64_t>{1, 4, 6, 6}}});            // 2
+  int ad = f("add", {cv, vw}, {1, 4, 6, 6});                                                      // 3
+  int rl = f("relu", {ad}, {1, 4, 6, 6});                                                         // 4
+  g.set_outputs({rl});
+  expect_same(g, {rnd(rng, 144), rnd(rng, 144)}, {{0, 1, 2, 3, 4}}, 2, 1e-5);
+}
+
 TEST(Codegen, KernelCacheSkipsTheCompilerAndMissingCompilerIsAClearError) {
   char tmpl[] = "/tmp/dnnf_cache_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
