@@ -321,6 +321,11 @@ int main(int argc, char** argv) {
   std::printf("# machine: %s, %d threads, kernels ISA %s\n", cpu_model().c_str(), threads,
               dnnfusion::kernels::isa_name(isa));
   std::printf("# measured fp32 FMA peak (%s, %d threads): %.1f GFLOP/s\n", how, threads, peak);
+  if (argc > 2 && std::string(argv[2]) == "gemm") {  // `dnnfusion_conv_bench T gemm`: the GEMM table only
+    std::mt19937_64 grng(12345);
+    gemm_section(pool, peak, grng);
+    return 0;
+  }
   std::printf("# batch 1, ReLU epilogue, bias; median time; layout transforms / weight packing untimed\n");
   std::printf("%-28s %9s | %8s %5s | %8s %5s | %8s %5s %-18s %4s | %8s\n", "layer", "MFLOP",
               "nchw", "%pk", "nchwc-df", "%pk", "nchwc-tn", "%pk", "tuned knobs", "#try", "maxerr");

@@ -368,11 +368,28 @@ ConvSchemeFn ConvSchemes::fn() const {
     auto it = by_node.find(n.id);
     if (it == by_node.end()) return std::nullopt;
     ConvScheme sc = it->second;
-    // Heuristic schemes follow the producer's block, so conv chains never re-block.
+    // Heuristic schemes follow the producer's block, so conv chains never re-block. A depthwise
+    // conv (ic_bn = oc_bn) takes the block for its output too: mobilenet_v2 re-blocked 32 -> 16
+    // before each of its 15 depthwise layers otherwise, and the tuner prefers 32 there anyway.
     if (adaptive.count(n.id) && input_block > 0 && input_block != sc.ic_bn) {
       const int64_t C = g.value(n.inputs[0]).shape[1];
       const bool dw = n.attr_int("groups", 1) > 1;
-      if (C % input_block == 0 && !dw) sc.ic_bn = input_block;
+      if (C % input_block == 0 && !dw) {
+        sc.ic_bn = input_block;
+      } else if (dw && C % input_block == 0) {
+        const auto isa = kernels::active_isa();
+        const auto shape = blockable_conv(g, n);
+        const auto blocks = oc_blocks(isa);
+        if (shape && std::find(blocks.begin(), blocks.end(), input_block) != blocks.end()) {
+          ConvNchwcKnobs k = heuristic_knobs(*shape, input_block, input_block, isa);
+          try {
+            kernels::conv_nchwc_check(*shape, k, isa);
+            sc = ConvScheme{k.ic_bn, k.oc_bn, k.reg_n, k.unroll_ker};
+          } catch (const std::exception&) {
+            // keep the scheme chosen for this conv alone: the kernel cannot take that block
+          }
+        }
+      }
     }
     return sc;
   };

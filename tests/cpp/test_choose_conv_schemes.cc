@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "ecg/verifier.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 #include "layout/choose_conv_schemes.h"
 #include "layout/propagate_blocked_layout.h"
@@ -71,6 +72,31 @@ TEST(ChooseConvSchemes, HeuristicFollowsTheProducerAndSkipsUnblockableConvs) {
   EXPECT_EQ(st.reblocked, 0);  // the second conv took the first one's output block
   EXPECT_EQ(count_op(out, "convolution"), 1);
   expect_same_values(g, sc, rng);
+}
+
+TEST(ChooseConvSchemes, HeuristicDepthwiseTakesItsProducersBlockInsteadOfReblocking) {
+  // An inverted-residual block (mobilenet_v2): expand 1x1 16->64, depthwise 3x3 on 64, project
+  // 1x1 64->16. Whatever block the expand conv picks, the depthwise conv runs in it (and the
+  // projection reads it): no re-blocking, under every ISA this CPU can run.
+  for (auto isa : {kernels::Isa::Avx512, kernels::Isa::Avx2, kernels::Isa::Scalar}) {
+    if (!kernels::isa_supported(isa)) continue;
+    SCOPED_TRACE(kernels::isa_name(isa));
+    kernels::force_isa(isa);
+    std::mt19937_64 rng(testing::test_seed());
+    GraphBuilder B(rng);
+    int x = B.input({1, 16, 12, 12});
+    int e = B.un("relu", B.conv(x, B.weight({64, 16, 1, 1}, 0.05f, 0.2f), B.weight({64}), 1, 0));
+    int d = B.un("relu", B.conv(e, B.weight({64, 1, 3, 3}, 0.05f, 0.2f), B.weight({64}), 1, 1, 64));
+    B.out({B.conv(d, B.weight({16, 64, 1, 1}, 0.05f, 0.2f), B.weight({16}), 1, 0)});
+    layout::ChooseOptions o;  // no database: heuristics
+    const auto sc = layout::choose_conv_schemes(B.g, o);
+    layout::LayoutStats st;
+    ecg::Graph out = layout::propagate_blocked_layout(B.g, sc.fn(), &st);
+    EXPECT_EQ(st.convs_blocked, 3);
+    EXPECT_EQ(st.reblocked, 0);
+    expect_same_values(B.g, sc, rng);
+  }
+  kernels::reset_isa();
 }
 
 TEST(ChooseConvSchemes, TuningFillsTheDatabaseAndTheNextCompileSearchesGlobally) {
