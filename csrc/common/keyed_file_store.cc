@@ -251,4 +251,15 @@ bool KeyedFileStore::parse(const std::string& text, std::map<std::string, Row>* 
   return true;
 }
 
+std::string KeyedFileStore::default_cache_path(const char* env_var, const std::string& file) {
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v ? std::string(v) : std::string();
+  };
+  if (std::string p = env(env_var); !p.empty()) return p;
+  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) return x + "/dnnfusion/" + file;
+  if (std::string h = env("HOME"); !h.empty()) return h + "/.cache/dnnfusion/" + file;
+  return ".dnnfusion_" + file;
+}
+
 }  // namespace dnnfusion

@@ -45,6 +45,9 @@ class KeyedFileStore {
 
   // Replaces tab/newline characters by spaces.
   static std::string sanitize_key(std::string s);
+  // Where a per-user database file lives: $env_var if set, else $XDG_CACHE_HOME/dnnfusion/<file>,
+  // else ~/.cache/dnnfusion/<file>, else .dnnfusion_<file> in the working directory.
+  static std::string default_cache_path(const char* env_var, const std::string& file);
 
  private:
   bool parse(const std::string& text, std::map<std::string, Row>* out, std::string* why) const;

@@ -18,16 +18,7 @@ std::string ProfileDb::machine_signature(int threads) {
                   std::to_string(threads));
 }
 
-std::string ProfileDb::default_path() {
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-  };
-  if (std::string p = env("DNNFUSION_PROFILE_DB"); !p.empty()) return p;
-  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) return x + "/dnnfusion/profile_db.txt";
-  if (std::string h = env("HOME"); !h.empty()) return h + "/.cache/dnnfusion/profile_db.txt";
-  return ".dnnfusion_profile_db.txt";
-}
+std::string ProfileDb::default_path() { return KeyedFileStore::default_cache_path("DNNFUSION_PROFILE_DB", "profile_db.txt"); }
 
 std::string ProfileDb::make_key(const std::string& signature, const std::string& op_a, const std::string& op_b,
                                 const std::vector<std::vector<int64_t>>& shapes, const std::string& detail) {

@@ -7,16 +7,7 @@
 
 namespace dnnfusion::layout {
 
-std::string TuningDb::default_path() {
-  auto env = [](const char* name) -> std::string {
-    const char* v = std::getenv(name);
-    return v ? std::string(v) : std::string();
-  };
-  if (std::string p = env("DNNFUSION_TUNING_DB"); !p.empty()) return p;
-  if (std::string x = env("XDG_CACHE_HOME"); !x.empty()) return x + "/dnnfusion/tuning_db.txt";
-  if (std::string h = env("HOME"); !h.empty()) return h + "/.cache/dnnfusion/tuning_db.txt";
-  return ".dnnfusion_tuning_db.txt";
-}
+std::string TuningDb::default_path() { return KeyedFileStore::default_cache_path("DNNFUSION_TUNING_DB", "tuning_db.txt"); }
 
 std::string TuningDb::make_key(const kernels::Conv2dShape& s, int ic_bn, int oc_bn, int threads) {
   std::string k = kernels::cpu_brand() + " | isa " + kernels::isa_name(kernels::active_isa()) + " | threads " +

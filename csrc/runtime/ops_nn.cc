@@ -278,31 +278,23 @@ void run_sdpa(KernelCall& c) {
 }
 
 // ---- pooling ----
-kernels::Pool2dShape pool_shape(const Graph& g, const Node& n) {
-  const auto& x = shp(g, n.inputs[0]);
-  const auto& y = shp(g, n.outputs[0]);
-  const bool batched = x.size() == 4;
+// The pooling window attributes (shared by the NCHW and NCHW[x]c ops) over the given extents.
+kernels::Pool2dShape pool_window(const Node& n, int64_t N, int64_t C, int64_t H, int64_t W, int64_t OH, int64_t OW) {
   auto ks = n.attr_ints("kernel_size");
   auto st = n.attr_ints("stride", {});
   if (st.empty()) st = ks;
   auto pd = n.attr_ints("padding", {0});
   auto dl = n.attr_ints("dilation", {1});
-  kernels::Pool2dShape s{};
-  s.N = batched ? x[0] : 1;
-  s.C = x[x.size() - 3];
-  s.H = x[x.size() - 2];
-  s.W = x[x.size() - 1];
-  s.OH = y[y.size() - 2];
-  s.OW = y[y.size() - 1];
-  s.kh = at_or(ks, 0, 1);
-  s.kw = at_or(ks, 1, 1);
-  s.sh = at_or(st, 0, 1);
-  s.sw = at_or(st, 1, 1);
-  s.ph = at_or(pd, 0, 0);
-  s.pw = at_or(pd, 1, 0);
-  s.dh = at_or(dl, 0, 1);
-  s.dw = at_or(dl, 1, 1);
-  return s;
+  return kernels::Pool2dShape{N, C, H, W, OH, OW, at_or(ks, 0, 1), at_or(ks, 1, 1),
+                              at_or(st, 0, 1), at_or(st, 1, 1), at_or(pd, 0, 0), at_or(pd, 1, 0),
+                              at_or(dl, 0, 1), at_or(dl, 1, 1)};
+}
+
+kernels::Pool2dShape pool_shape(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  const auto& y = shp(g, n.outputs[0]);
+  const size_t r = x.size();
+  return pool_window(n, r == 4 ? x[0] : 1, x[r - 3], x[r - 2], x[r - 1], y[y.size() - 2], y[y.size() - 1]);
 }
 
 std::string check_pool(const Graph& g, const Node& n) {
@@ -331,14 +323,7 @@ void run_avg_pool(KernelCall& c) {
 kernels::Pool2dShape pool_nchwc_shape(const Graph& g, const Node& n) {
   const auto& x = shp(g, n.inputs[0]);
   const auto& y = shp(g, n.outputs[0]);
-  auto ks = n.attr_ints("kernel_size");
-  auto st = n.attr_ints("stride", {});
-  if (st.empty()) st = ks;
-  auto pd = n.attr_ints("padding", {0});
-  auto dl = n.attr_ints("dilation", {1});
-  return kernels::Pool2dShape{x[0], x[1] * x[4], x[2], x[3], y[2], y[3], at_or(ks, 0, 1), at_or(ks, 1, 1),
-                              at_or(st, 0, 1), at_or(st, 1, 1), at_or(pd, 0, 0), at_or(pd, 1, 0),
-                              at_or(dl, 0, 1), at_or(dl, 1, 1)};
+  return pool_window(n, x[0], x[1] * x[4], x[2], x[3], y[2], y[3]);
 }
 
 std::string check_pool_nchwc(const Graph& g, const Node& n) {
