@@ -13,6 +13,7 @@
 #include "codegen/view_compose.h"
 #include "fusion/profile_db.h"
 #include "layout/choose_conv_schemes.h"
+#include "layout/pack_gemm_weights.h"
 #include "layout/propagate_blocked_layout.h"
 #include "layout/tuning_db.h"
 #include "rewrite/apply_math_rules.h"
@@ -175,6 +176,16 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       rec.changed = n > 0;
       rec.detail = std::to_string(n) + " no-ops removed";
     });
+  }
+  if (!env_on("DNNFUSION_NO_GEMM_PACK")) {  // the env switch is for measuring what packing buys
+    run_pass("pack_gemm_weights", [&](PassRecord& rec) {
+      int n = 0;
+      g = layout::pack_gemm_weights(g, &n);
+      result.gemms_packed = n;
+      rec.changed = n > 0;
+      rec.detail = std::to_string(n) + " GEMM weights packed";
+    });
+    if (result.gemms_packed) run_pass("fold_constants", fold);  // evaluates the packing once
   }
   result.ops_after_rewrite = static_cast<int>(g.nodes().size());
   fusion::PlanHooks hooks;

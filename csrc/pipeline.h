@@ -39,6 +39,7 @@ struct Compiled {
   std::unique_ptr<runtime::Executable> exe;
   std::vector<PassRecord> passes;
   int folded_nodes = 0;
+  int gemms_packed = 0;            // mm/addmm now reading a weight packed at compile time
   // Fusion report (DNNFusion Table 5 quantities).
   int ops_imported = 0;         // ECG nodes before any pass
   int ops_after_rewrite = 0;    // nodes entering fusion planning

@@ -160,6 +160,7 @@ class ExplainReport:
                      + (f" (schemes: {', '.join(methods)})" if methods else ""))
         lines.append(f"  activation transforms          : {tr[0]} to blocked, {tr[1]} to NCHW, {tr[2]} re-blocked")
         lines.append(f"  ops running on blocked tensors : {sum(r.get('layout_propagated', 0) for r in regs)}")
+        lines.append(f"  GEMM weights packed at compile : {sum(r.get('gemms_packed', 0) for r in regs)}")
         tuned = sum(r.get("convs_tuned_now", 0) for r in regs)
         if tuned:
             lines.append(f"  conv workloads tuned now       : {tuned} (stored in the tuning database)")

@@ -13,6 +13,7 @@
 #include "codegen/view_compose.h"
 #include "common/error.h"
 #include "ecg/op_registry.h"
+#include "kernels/cpu/cpu_features.h"
 #include "runtime/op_kernels.h"
 
 namespace dnnfusion::codegen {
@@ -534,6 +535,67 @@ bool free_merge(const Graph& g, const std::vector<int>& block, int cand) {
 
 namespace {
 
+// A GEMM operand as the template takes it: pointer-table slot, element offset and strides.
+struct GemmOperand {
+  int arg;
+  int64_t offset, batch_stride, rs, cs;
+};
+
+// Operand `slot` of GEMM node dn: its strided leaf from `views`, else the contiguous input.
+GemmOperand gemm_operand(const Graph& g, const Node& dn, size_t slot, const std::vector<runtime::Step::InputView>& views,
+                         ArgTable& args) {
+  for (const auto& v : views)
+    if (static_cast<size_t>(v.slot) == slot) {
+      const size_t r = v.strides.size();
+      return GemmOperand{args.index_of(v.value), v.offset, r == 3 ? v.strides[0] : 0, v.strides[r - 2], v.strides[r - 1]};
+    }
+  const auto& sh = g.value(dn.inputs[slot]).shape;
+  const int64_t rows = sh[sh.size() - 2], cols = sh.back();
+  return GemmOperand{args.index_of(dn.inputs[slot]), 0, rows * cols, cols, 1};
+}
+
+std::string ptr(const GemmOperand& o) {
+  return "static_cast<const float*>(p[" + std::to_string(o.arg) + "]) + " + std::to_string(o.offset);
+}
+
+// The text of a template GEMM function up to its call: the epilogue's body again, as an
+// always-inlined static function (the micro-kernel's store loop must see it: an out-of-line call
+// per tile row costs up to 10% on short-K GEMMs), its functor, and the function's head.
+std::string gemm_epilogue_prefix(const std::string& epi_name, const std::map<std::string, std::string>& functions) {
+  std::string epi_text = functions.at(epi_name);
+  const std::string head = "extern \"C\" void " + epi_name + "(";
+  const size_t at = epi_text.find(head);
+  DNNF_CHECK(at != std::string::npos, "generated epilogue ", epi_name, " not found");
+  epi_text.replace(at, head.size(), "static inline __attribute__((always_inline)) void FN_epi_body(");
+  return epi_text + "namespace {\nstruct FN_epilogue {\n  const void* const* p;\n"
+                    "  void operator()(float* v, int64_t start, int count) const { FN_epi_body(p, v, start, count); }\n};\n"
+                    "}  // namespace\nextern \"C\" void FN(const void* const* p, const dnnf_parallel* par) {\n";
+}
+
+// emit_template_gemm for mm_packed: B is the compile-time packed weight (its panel width is the
+// one compile() pins the template's ISA to).
+std::string emit_template_packed_gemm(const Graph& g, const Node& dn, const std::vector<runtime::Step::InputView>& views,
+                                      const std::string& epi_name, int target, ArgTable& args,
+                                      std::map<std::string, std::string>& functions) {
+  const auto& as = g.value(dn.inputs[0]).shape;
+  const int64_t M = as[0], K = as[1], N = dn.attr_int("n");
+  const GemmOperand A = gemm_operand(g, dn, 0, views, args);
+  const int b_arg = args.index_of(dn.inputs[1]);
+  const int bias = dn.input_or_absent(2);
+  const int bias_arg = bias >= 0 ? args.index_of(bias) : -1;
+  const int c_arg = args.index_of(target);
+  std::ostringstream fn;
+  fn << gemm_epilogue_prefix(epi_name, functions)
+     << "  dnnf_gemm::gemm_packed_b(" << M << ", " << N << ", " << K << ", dnnf_gemm::Mat{" << ptr(A) << ", " << A.rs
+     << ", " << A.cs << "},\n"
+     << "                  static_cast<const float*>(p[" << b_arg << "]), static_cast<float*>(const_cast<void*>(p["
+     << c_arg << "])), " << N << ",\n"
+     << "                  " << (bias_arg >= 0 ? "static_cast<const float*>(p[" + std::to_string(bias_arg) + "])" : std::string("nullptr"))
+     << ", " << (bias_arg >= 0 ? "dnnf_gemm::kBiasPerCol" : "dnnf_gemm::kNoBias") << ", "
+     << float_literal(dn.attr_float("alpha", 1.0)) << ", FN_epilogue{p}, par);\n}\n";
+  return add_named_function(fn.str(), functions);
+}
+
 // Emits a function that runs GEMM node `dn` through the kernel template of
 // kernels/cpu/gemm_template.h with the block's epilogue `epi_name` inlined into the micro-kernel's
 // store (the epilogue reads its operands from the same pointer table `args`); `target` is the
@@ -543,6 +605,7 @@ namespace {
 std::string emit_template_gemm(const Graph& g, const Node& dn, const std::vector<runtime::Step::InputView>& views,
                                const std::string& epi_name, int target, ArgTable& args,
                                std::map<std::string, std::string>& functions) {
+  if (dn.op == "mm_packed") return emit_template_packed_gemm(g, dn, views, epi_name, target, args, functions);
   const bool has_bias = dn.op == "addmm" || dn.op == "baddbmm";
   if (!has_bias && dn.op != "mm" && dn.op != "bmm") return "";
   const size_t a = has_bias ? 1 : 0;
@@ -558,37 +621,10 @@ std::string emit_template_gemm(const Graph& g, const Node& dn, const std::vector
     if (beta != 1.0 || b.numel() != N || !(b.shape.size() == 1 || b.shape.back() == N)) return "";
     bias_arg = args.index_of(dn.inputs[0]);
   }
-  struct Operand {
-    int arg;
-    int64_t offset, batch_stride, rs, cs;
-  };
-  auto operand = [&](size_t slot) {
-    for (const auto& v : views)
-      if (static_cast<size_t>(v.slot) == slot) {
-        const size_t r = v.strides.size();
-        return Operand{args.index_of(v.value), v.offset, r == 3 ? v.strides[0] : 0, v.strides[r - 2], v.strides[r - 1]};
-      }
-    const auto& sh = g.value(dn.inputs[slot]).shape;
-    const int64_t rows = sh[sh.size() - 2], cols = sh.back();
-    return Operand{args.index_of(dn.inputs[slot]), 0, rows * cols, cols, 1};
-  };
-  const Operand A = operand(a), B = operand(a + 1);
+  const GemmOperand A = gemm_operand(g, dn, a, views, args), B = gemm_operand(g, dn, a + 1, views, args);
   const int c_arg = args.index_of(target);
-  auto ptr = [](const Operand& o) {
-    return "static_cast<const float*>(p[" + std::to_string(o.arg) + "]) + " + std::to_string(o.offset);
-  };
-  // The epilogue's body again, as an always-inlined static function: the micro-kernel's store loop
-  // must see it (an out-of-line call per tile row costs up to 10% on short-K GEMMs).
-  std::string epi_text = functions.at(epi_name);
-  const std::string head = "extern \"C\" void " + epi_name + "(";
-  const size_t at = epi_text.find(head);
-  DNNF_CHECK(at != std::string::npos, "generated epilogue ", epi_name, " not found");
-  epi_text.replace(at, head.size(), "static inline __attribute__((always_inline)) void FN_epi_body(");
   std::ostringstream fn;
-  fn << epi_text
-     << "namespace {\nstruct FN_epilogue {\n  const void* const* p;\n"
-     << "  void operator()(float* v, int64_t start, int count) const { FN_epi_body(p, v, start, count); }\n};\n}  // namespace\n"
-     << "extern \"C\" void FN(const void* const* p, const dnnf_parallel* par) {\n"
+  fn << gemm_epilogue_prefix(epi_name, functions)
      << "  dnnf_gemm::gemm(" << batch << ", " << M << ", " << N << ", " << K << ",\n"
      << "                  dnnf_gemm::Mat{" << ptr(A) << ", " << A.rs << ", " << A.cs << "}, " << A.batch_stride << ",\n"
      << "                  dnnf_gemm::Mat{" << ptr(B) << ", " << B.rs << ", " << B.cs << "}, " << B.batch_stride << ",\n"
@@ -918,7 +954,12 @@ void CodegenUnit::compile() {
   if (functions_.empty()) return;
   std::ostringstream src;
   src << generated_prelude();
-  if (uses_gemm_template_) src << gemm_template_source();
+  if (uses_gemm_template_) {
+    // The template's micro-kernel must be the library's: mm_packed weights were packed for its
+    // panel width, and DNNFUSION_ISA (tests forcing AVX2 / scalar) must reach generated GEMMs too.
+    const int isa = kernels::active_isa() == kernels::Isa::Avx512 ? 2 : kernels::active_isa() == kernels::Isa::Avx2 ? 1 : 0;
+    src << "#define DNNF_GEMM_ISA " << isa << "\n" << gemm_template_source();
+  }
   for (const auto& [name, text] : functions_) src << "\n" << text;
   JitModule module = jit_compile(src.str());
   for (auto& r : resolvers_)

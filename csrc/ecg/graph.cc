@@ -1,6 +1,8 @@
 #include "ecg/graph.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <sstream>
 
 #include "common/error.h"
@@ -102,9 +104,12 @@ int Graph::add_weight(const std::vector<int64_t>& shape, DType dtype, const void
 int Graph::add_constant(const std::vector<int64_t>& shape, DType dtype, const void* data, const std::string& name) {
   int id = new_value(shape, dtype, ValueKind::Constant, name);
   auto& v = values_[id];
-  v.owned = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(v.nbytes()));
-  if (v.nbytes() > 0) std::memcpy(v.owned->data(), data, static_cast<size_t>(v.nbytes()));
-  v.data = v.owned->data();
+  const size_t bytes = (static_cast<size_t>(v.nbytes()) + 63) / 64 * 64 + 64;  // never 0
+  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
+  if (p == nullptr) throw std::bad_alloc();
+  v.owned = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+  if (v.nbytes() > 0) std::memcpy(p, data, static_cast<size_t>(v.nbytes()));
+  v.data = p;
   return id;
 }
 

@@ -28,9 +28,10 @@ struct Value {
   int producer_slot = 0;    // which output of the producer
   std::vector<int> users;   // node ids (one entry per use)
   bool is_output = false;
-  // Weight: borrowed pointer that the caller keeps alive. Constant: bytes owned by the graph.
+  // Weight: borrowed pointer that the caller keeps alive. Constant: bytes owned by the graph,
+  // 64-byte aligned (pre-packed GEMM weights are read with aligned vector loads).
   const void* data = nullptr;
-  std::shared_ptr<std::vector<uint8_t>> owned;
+  std::shared_ptr<uint8_t> owned;
 
   int64_t numel() const;
   int64_t nbytes() const { return numel() * static_cast<int64_t>(dtype_size(dtype)); }

@@ -100,6 +100,11 @@ std::vector<OpInfo> build_table() {
   add("avg_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
   // KCRS -> packed weight of conv2d_nchwc; only ever sees compile-time operands (constant-folded).
   add("conv2d_nchwc_pack_weight", M::Shuffle, P::Opaque, false, none(), F::None);
+  // GEMM with a compile-time B packed by the op below (csrc/layout/pack_gemm_weights): inputs
+  // (A [M, K], packed B, optional bias [N]), attributes n, nr, alpha.
+  add("mm_packed", M::ManyToMany, P::OutEWiseFusable, false, none(), F::MatMul);
+  // B [K, N] -> the micro-kernel's panels (kernels::sgemm_pack_b); only sees compile-time operands.
+  add("gemm_pack_b", M::Shuffle, P::Opaque, false, none(), F::None);
   add("addmm", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::MatMul);
   add("mm", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::MatMul);
   add("bmm", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::MatMul);

@@ -203,6 +203,7 @@ py::dict region_stats(int64_t h) {
   d["generated_functions"] = c.generated_functions;
   d["codegen_compile_ms"] = c.codegen_compile_ms;
   d["convs_blocked"] = c.convs_blocked;
+  d["gemms_packed"] = c.gemms_packed;
   d["layout_transforms"] = py::make_tuple(c.layout_to_blocked, c.layout_to_plain, c.layout_reblocked);
   d["layout_propagated"] = c.layout_propagated;
   d["layout_method"] = c.layout_method;

@@ -224,6 +224,52 @@ void run_mm(KernelCall& c) {
     kernels::sgemm(M, N, K, A, B, fout(c, 0), N, ep, c.par, c.epilogue);
 }
 
+std::string check_gemm_pack_b(const Graph& g, const Node& n) {
+  const auto& b = shp(g, n.inputs[0]);
+  const int64_t nr = n.attr_int("nr", 0);
+  if (b.size() != 2) return "gemm_pack_b expects a [K, N] operand";
+  if (nr != kernels::sgemm_panel_width())
+    return "gemm_pack_b: panel width " + std::to_string(nr) + " is not this CPU's micro-kernel width " +
+           std::to_string(kernels::sgemm_panel_width());
+  if (shp(g, n.outputs[0]) != std::vector<int64_t>{kernels::sgemm_packed_b_floats(b[0], b[1], static_cast<int>(nr))})
+    return "gemm_pack_b: output size is not the packed size of its operand";
+  return f32_only(g, n);
+}
+
+void run_gemm_pack_b(KernelCall& c) {
+  const auto& b = shp(c.g, c.n.inputs[0]);
+  kernels::sgemm_pack_b(b[0], b[1], mat(c, 0), static_cast<int>(c.n.attr_int("nr")), fout(c, 0));
+}
+
+std::string check_mm_packed(const Graph& g, const Node& n) {
+  const auto& a = shp(g, n.inputs[0]);
+  const int64_t N = n.attr_int("n", -1), nr = n.attr_int("nr", 0);
+  if (a.size() != 2) return "mm_packed expects a rank-2 first operand";
+  if (N < 0) return "mm_packed without an n attribute";
+  if (nr != kernels::sgemm_panel_width())
+    return "mm_packed: B was packed for panel width " + std::to_string(nr) + ", this CPU's micro-kernel uses " +
+           std::to_string(kernels::sgemm_panel_width());
+  if (shp(g, n.inputs[1]) != std::vector<int64_t>{kernels::sgemm_packed_b_floats(a[1], N, static_cast<int>(nr))})
+    return "mm_packed: packed B size does not match K x n";
+  const int bias = n.input_or_absent(2);
+  if (bias >= 0 && g.value(bias).numel() != N) return "mm_packed: bias must have n elements";
+  if (shp(g, n.outputs[0]) != std::vector<int64_t>{a[0], N}) return "mm_packed: output is not [M, n]";
+  return f32_only(g, n);
+}
+
+void run_mm_packed(KernelCall& c) {
+  const auto& a = shp(c.g, c.n.inputs[0]);
+  const int64_t M = a[0], K = a[1], N = c.n.attr_int("n");
+  kernels::GemmEpilogue ep;
+  ep.alpha = static_cast<float>(c.n.attr_float("alpha", 1.0));
+  if (c.n.input_or_absent(2) >= 0) {
+    ep.bias = fin(c, 2);
+    ep.bias_mode = kernels::GemmEpilogue::Bias::PerCol;
+  }
+  kernels::sgemm_packed_b(M, N, K, mat(c, 0), fin(c, 1), static_cast<int>(c.n.attr_int("nr")), fout(c, 0), N, ep,
+                          c.par, c.epilogue);
+}
+
 // ---- scaled dot-product attention ----
 std::string check_sdpa(const Graph& g, const Node& n) {
   if (n.attr_float("dropout_p", 0.0) != 0.0) return "attention with dropout_p != 0";
@@ -426,6 +472,8 @@ void register_nn_ops(KernelTable& t) {
   for (const char* op : {"addmm", "mm", "bmm", "baddbmm"})
     t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr, true, false,
                                 std::string(op) == "addmm" || std::string(op) == "baddbmm" ? 0b110u : 0b011u});
+  t.emplace_back("mm_packed", OpKernel{check_mm_packed, nullptr, run_mm_packed, nullptr, true, false, 0b001u});
+  t.emplace_back("gemm_pack_b", OpKernel{check_gemm_pack_b, nullptr, run_gemm_pack_b, nullptr});
   // Attention reads q/k/v through any strides (its GEMMs pack them) and writes rows of its output
   // at any stride, so the head split/merge permutes around it fold into it.
   t.emplace_back("_scaled_dot_product_flash_attention_for_cpu",

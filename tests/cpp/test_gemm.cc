@@ -5,7 +5,10 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <iterator>
 #include <limits>
+#include <memory>
 
 #include "common/error.h"
 #include "kernels/cpu/gemm.h"
@@ -211,6 +214,73 @@ TEST(Gemm, Batched) {
       EXPECT_TRUE(testing::all_close(C.data(), R.data(), C.size()));
     }
   }
+}
+
+// 64-byte aligned float buffer, as graph constants are.
+struct AlignedFloats {
+  std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
+  explicit AlignedFloats(int64_t n)
+      : p(static_cast<float*>(std::aligned_alloc(64, (static_cast<size_t>(std::max<int64_t>(n, 1)) * 4 + 63) / 64 * 64)),
+          &std::free) {}
+  float* get() const { return p.get(); }
+};
+
+TEST(Gemm, PackedWeightsMatchReference) {
+  // B packed once (sgemm_pack_b) and read in place by sgemm_packed_b: tile edges, several K and
+  // N cache blocks, M split across threads, strided A, every epilogue except beta (C not read).
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 5);
+  SerialParallel serial;
+  ThreadParallel threads(2);
+  const int64_t shapes[][3] = {{1, 1, 1},   {12, 32, 16},  {13, 33, 17}, {1, 1000, 64}, {128, 100, 770},
+                               {7, 961, 5}, {500, 3, 40},  {1543, 40, 20}, {40, 1100, 800}};
+  for (kernels::Isa isa : testing::isas_to_test()) {
+    testing::IsaGuard guard(isa);
+    SCOPED_TRACE(kernels::isa_name(isa));
+    const int nr = kernels::sgemm_panel_width();
+    for (int t = 0; t < 24; ++t) {
+      int64_t M, N, K;
+      if (t < static_cast<int>(std::size(shapes))) {
+        M = shapes[t][0], N = shapes[t][1], K = shapes[t][2];
+      } else {
+        M = testing::rand_int(rng, 1, 60), N = testing::rand_int(rng, 1, 90), K = testing::rand_int(rng, 0, 100);
+      }
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+      Operand A = make_operand(rng, M, K, testing::rand_int(rng, 0, 1));
+      Operand B = make_operand(rng, K, N, testing::rand_int(rng, 0, 1));
+      AlignedFloats packed(kernels::sgemm_packed_b_floats(K, N, nr));
+      kernels::sgemm_pack_b(K, N, B.view, nr, packed.get());
+      const auto row_bias = testing::random_vec(rng, static_cast<size_t>(M));
+      const auto col_bias = testing::random_vec(rng, static_cast<size_t>(N));
+      GemmEpilogue ep = random_epilogue(rng, row_bias, col_bias);
+      ep.beta = 0.f;
+      std::vector<float> C(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN()), R = C;
+      reference::ref_sgemm(M, N, K, A.view, B.view, R.data(), N, ep);
+      kernels::sgemm_packed_b(M, N, K, A.view, packed.get(), nr, C.data(), N, ep,
+                              t % 2 ? serial : static_cast<const kernels::Parallel&>(threads));
+      EXPECT_TRUE(testing::all_close(C.data(), R.data(), C.size()));
+    }
+  }
+}
+
+TEST(Gemm, PackedWeightsRejectAnotherPanelWidthOrMisalignment) {
+  SerialParallel serial;
+  const int nr = kernels::sgemm_panel_width();
+  AlignedFloats packed(kernels::sgemm_packed_b_floats(4, 40, 32) + 16);
+  std::vector<float> a(16, 1.f), b(160, 1.f), c(160);
+  EXPECT_THROW(kernels::sgemm_pack_b(4, 40, {b.data(), 40, 1}, 12, packed.get()), Error);
+  kernels::sgemm_pack_b(4, 40, {b.data(), 40, 1}, nr, packed.get());
+  const int other = nr == 32 ? 16 : 32;
+  try {
+    kernels::sgemm_packed_b(4, 40, 4, {a.data(), 4, 1}, packed.get(), other, c.data(), 40, {}, serial);
+    ADD_FAILURE() << "a B packed for another panel width was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("panel width"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(kernels::sgemm_packed_b(4, 40, 4, {a.data(), 4, 1}, packed.get() + 1, nr, c.data(), 40, {}, serial),
+               Error);
+  kernels::sgemm_packed_b(4, 40, 4, {a.data(), 4, 1}, packed.get(), nr, c.data(), 40, {}, serial);
+  for (float v : c) EXPECT_EQ(v, 4.f);
 }
 
 TEST(Gemm, InvalidArgumentsThrow) {

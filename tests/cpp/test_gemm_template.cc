@@ -1,7 +1,7 @@
 // dnnf_gemm::gemm (kernels/cpu/gemm_template.h) built the way generated code is: the embedded text
 // after the generated prelude, through jit_compile. Checked against a double-accumulating
 // reference over random shapes (0 and tile edges included), transposed / strided / broadcast
-// operands, bias modes, alpha and beta, three epilogues (none, erf-GELU + residual read at
+// operands, B pre-packed (gemm_packed_b), bias modes, alpha and beta, three epilogues (none, erf-GELU + residual read at
 // start+t, relu), serial and on the runtime's thread pool; plus exactly-once epilogue visits, the
 // forced AVX2 and scalar micro-kernels, no exported template symbols, and that the embedded text
 // is the header's.
@@ -21,6 +21,7 @@
 #include "codegen/jit_compiler.h"
 #include "codegen/kernel_templates.h"
 #include "kernel_test_util.h"
+#include "kernels/cpu/gemm.h"
 #include "runtime/program.h"
 #include "runtime/thread_pool.h"
 
@@ -47,6 +48,7 @@ namespace dt = dnnfusion::testing;
     int* visits;                                                           \
     int64_t total;                                                         \
     int* stray;                                                            \
+    const float* bpk;                                                      \
   };
 DNNF_GT_ARGS
 #define DNNF_GT_STR2(...) #__VA_ARGS__
@@ -56,6 +58,11 @@ const char* kEntries = R"ENTRIES(
 namespace {
 template <class E>
 void gt_run(const GtArgs& g, const E& e, const dnnf_parallel* par) {
+  if (g.bpk) {
+    dnnf_gemm::gemm_packed_b(g.M, g.N, g.K, dnnf_gemm::Mat{g.a, g.a_rs, g.a_cs}, g.bpk, g.c, g.ldc,
+                             g.bias, g.bias_mode, g.alpha, e, par);
+    return;
+  }
   dnnf_gemm::gemm(g.batch, g.M, g.N, g.K, dnnf_gemm::Mat{g.a, g.a_rs, g.a_cs}, g.sa,
                   dnnf_gemm::Mat{g.b, g.b_rs, g.b_cs}, g.sb, g.c, g.ldc, g.sc, g.bias, g.bias_mode,
                   g.alpha, g.beta, e, par);
@@ -90,6 +97,7 @@ struct Count {
 };
 }  // namespace
 extern "C" int gt_isa() { return DNNF_GEMM_ISA; }
+extern "C" int gt_nr() { return dnnf_gemm::detail::kNR; }
 extern "C" void gt_identity(const GtArgs* g, const dnnf_parallel* p) { gt_run(*g, dnnf_gemm::Identity{}, p); }
 extern "C" void gt_gelu_res(const GtArgs* g, const dnnf_parallel* p) { gt_run(*g, GeluRes{g->res}, p); }
 extern "C" void gt_relu(const GtArgs* g, const dnnf_parallel* p) { gt_run(*g, Relu{}, p); }
@@ -103,7 +111,7 @@ const char* epi_name(Epi e) { return e == Epi::Identity ? "identity" : e == Epi:
 struct Module {
   codegen::JitModule jit;
   EntryFn identity, gelu_res, relu, count;
-  int isa;
+  int isa, nr;
 };
 
 // isa < 0: what the macros pick (as generated code gets it); else DNNF_GEMM_ISA forced. Compiled
@@ -126,6 +134,7 @@ const Module& module(int isa) {
     m->relu = reinterpret_cast<EntryFn>(m->jit.symbol("gt_relu"));
     m->count = reinterpret_cast<EntryFn>(m->jit.symbol("gt_count"));
     m->isa = reinterpret_cast<int (*)()>(m->jit.symbol("gt_isa"))();
+    m->nr = reinterpret_cast<int (*)()>(m->jit.symbol("gt_nr"))();
   }
   return *m;
 }
@@ -185,12 +194,14 @@ struct Case {
   float alpha, beta;
   Epi epi;
   bool parallel;
+  bool packed = false;  // B pre-packed by kernels::sgemm_pack_b (gemm_packed_b: batch 1, beta 0)
   std::string str() const {
     std::ostringstream s;
     s << "batch=" << batch << " M=" << M << " N=" << N << " K=" << K << " A=" << layout_name(la)
       << (bca ? "(batch-broadcast)" : "") << " B=" << layout_name(lb)
       << (bcb ? "(batch-broadcast)" : "") << " bias_mode=" << bias_mode << " alpha=" << alpha
-      << " beta=" << beta << " epi=" << epi_name(epi) << (parallel ? " pool" : " serial");
+      << " beta=" << beta << " epi=" << epi_name(epi) << (parallel ? " pool" : " serial")
+      << (packed ? " packed-B" : "");
     return s.str();
   }
 };
@@ -217,6 +228,11 @@ Case random_case(std::mt19937_64& rng, int64_t max_dim) {
   c.beta = dt::rand_int(rng, 0, 1) ? 0.f : 0.5f;
   c.epi = static_cast<Epi>(dt::rand_int(rng, 0, 2));
   c.parallel = dt::rand_int(rng, 0, 1) == 1;
+  if (dt::rand_int(rng, 0, 3) == 0) {
+    c.packed = true;
+    c.batch = 1;
+    c.beta = 0.f;
+  }
   return c;
 }
 
@@ -237,9 +253,15 @@ void check_case(std::mt19937_64& rng, const Module& m, const Case& c, int index)
   const int64_t total = c.batch * c.M * c.N;
   const std::vector<float> res = dt::random_vec(rng, static_cast<size_t>(std::max<int64_t>(1, total)));
 
+  std::unique_ptr<float, decltype(&std::free)> bpk(nullptr, &std::free);
+  if (c.packed) {
+    const size_t n = static_cast<size_t>(kernels::sgemm_packed_b_floats(c.K, c.N, m.nr));
+    bpk.reset(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64 + 64)));
+    kernels::sgemm_pack_b(c.K, c.N, {B.buf.data(), B.rs, B.cs}, m.nr, bpk.get());
+  }
   GtArgs g{c.batch, c.M, c.N, c.K, A.buf.data(), A.rs, A.cs, A.stride, B.buf.data(), B.rs, B.cs,
            B.stride, C.data(), ldc, sc, c.bias_mode ? bias.data() : nullptr, c.bias_mode,
-           c.alpha, c.beta, res.data(), nullptr, 0, nullptr};
+           c.alpha, c.beta, res.data(), nullptr, 0, nullptr, bpk.get()};
   const EntryFn fn = c.epi == Epi::Identity ? m.identity : c.epi == Epi::GeluRes ? m.gelu_res : m.relu;
   fn(&g, c.parallel ? pool_par() : nullptr);
 
@@ -281,6 +303,7 @@ std::vector<Case> large_cases(std::mt19937_64& rng) {
   int e = 0;
   for (const auto& s : shapes) {
     Case c = random_case(rng, 70);
+    c.packed = false;
     c.batch = s[0];
     c.M = s[1];
     c.N = s[2];
@@ -303,6 +326,11 @@ void run_random_cases(const Module& m, int n_random) {
       Case cc = c;
       cc.parallel = parallel;
       check_case(rng, m, cc, index++);
+      if (cc.batch == 1) {  // again with B pre-packed: panels read in place across K and N blocks
+        cc.packed = true;
+        cc.beta = 0.f;
+        check_case(rng, m, cc, index++);
+      }
     }
   }
 }
@@ -360,7 +388,7 @@ TEST(GemmTemplate, EpilogueSeesEachElementExactlyOnce) {
       int stray = 0;
       GtArgs g{batch, M, N, K, A.buf.data(), A.rs, A.cs, A.stride, B.buf.data(), B.rs, B.cs,
                B.stride, C.data(), N, M * N, nullptr, 0, 1.f, 0.f, nullptr, visits.data(),
-               total, &stray};
+               total, &stray, nullptr};
       m.count(&g, parallel ? pool_par() : nullptr);
       EXPECT_EQ(stray, 0) << "epilogue called outside [0, batch*M*N) or with a bad count";
       int64_t wrong = 0, first = -1;

@@ -130,6 +130,8 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
   const int64_t kc_blk = ((K + nkb - 1) / nkb + 7) / 8 * 8;
 
   alignas(64) float tmp[16 * 32];  // edge tiles: MR <= 16, NR <= 32 for every micro-kernel
+  const float* prepacked = p.packed_b(b);
+  DNNF_CHECK(!prepacked || n0 % NR == 0, "sgemm: column block ", n0, " is not on a panel boundary");
 
   for (int64_t jc = n0; jc < n1; jc += uk.nc) {
     const int64_t nc = std::min(uk.nc, n1 - jc);
@@ -139,8 +141,14 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
       const bool first = pc == 0, last = pc + kc == K;
       // Values are final only after the last K block, so that is the only pass that runs the hook.
       const ElementHook* tile_hook = last ? hook : nullptr;
-      float* Bp = tl_pack_b.get(static_cast<size_t>(nc_pad * kc));
-      p.pack_b(b, pc, kc, jc, nc, NR, Bp);
+      // Panel q of this (jc, pc) block starts at Bp + q * panel_stride.
+      const float* Bp = prepacked ? prepacked + (jc / NR) * K * NR + pc * NR : nullptr;
+      const int64_t panel_stride = prepacked ? K * NR : kc * NR;
+      if (!prepacked) {
+        float* buf = tl_pack_b.get(static_cast<size_t>(nc_pad * kc));
+        p.pack_b(b, pc, kc, jc, nc, NR, buf);
+        Bp = buf;
+      }
       for (int64_t ic = m0; ic < m1; ic += uk.mc) {
         const int64_t mc = std::min(uk.mc, m1 - ic);
         const int64_t mc_pad = (mc + MR - 1) / MR * MR;
@@ -153,20 +161,22 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
           for (int64_t jr = 0; jr < nc; jr += NR) {
             const int64_t j = jc + jr;
             const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nc - jr));
-            const float* bp = Bp + jr * kc;
+            const float* bp = Bp + (jr / NR) * panel_stride;
             UkArgs args{first ? ep.beta : 1.f, (first && row_bias) ? bias + i : nullptr,
                         (first && col_bias) ? bias + j : nullptr,
                         last ? ep.act : Activation::None};
             float* c = C + i * ldc + j;
-            if (mr_eff == MR && nr_eff == NR) {
-              uk.fn(kc, ap, bp, c, ldc, args);
+            // Fewer rows than the tile: the kernel for exactly those rows, when the ISA has one.
+            const UkFn rows_fn = mr_eff < MR && uk.by_rows ? uk.by_rows[mr_eff] : uk.fn;
+            if (nr_eff == NR && (mr_eff == MR || uk.by_rows)) {
+              rows_fn(kc, ap, bp, c, ldc, args);
               if (tile_hook) {
-                for (int r = 0; r < MR; ++r)
+                for (int r = 0; r < mr_eff; ++r)
                   (*tile_hook)(c + r * ldc, (b * p.M + i + r) * p.N + j, NR);
               }
             } else {
               const UkArgs plain{0.f, nullptr, nullptr, Activation::None};
-              uk.fn(kc, ap, bp, tmp, NR, plain);
+              rows_fn(kc, ap, bp, tmp, NR, plain);
               for (int r = 0; r < mr_eff; ++r) {
                 float* cr = c + r * ldc;
                 const float* t = tmp + r * NR;
@@ -333,7 +343,57 @@ void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par,
   }
 }
 
+struct PrepackedProblem final : BatchedProblem {
+  MatrixView A;
+  const float* Bpk = nullptr;
+  float* C = nullptr;
+  const float* bias_ptr = nullptr;
+  MatrixView a(int64_t) const override { return A; }
+  void pack_b(int64_t, int64_t, int64_t, int64_t, int64_t, int, float*) const override {
+    DNNF_THROW("sgemm_packed_b: B is packed already");
+  }
+  const float* packed_b(int64_t) const override { return Bpk; }
+  float* c(int64_t) const override { return C; }
+  const float* bias(int64_t) const override { return bias_ptr; }
+};
+
 }  // namespace gemm_detail
+
+int sgemm_panel_width() { return gemm_detail::select_ukernel().nr; }
+
+int64_t sgemm_packed_b_floats(int64_t K, int64_t N, int nr) {
+  DNNF_CHECK(K >= 0 && N >= 0 && nr > 0, "sgemm_packed_b_floats: bad sizes (K=", K, " N=", N, " nr=", nr, ")");
+  return (N + nr - 1) / nr * K * nr;
+}
+
+void sgemm_pack_b(int64_t K, int64_t N, MatrixView B, int nr, float* dst) {
+  DNNF_CHECK(nr == 8 || nr == 16 || nr == 32, "sgemm_pack_b: panel width ", nr, " (allowed: 8, 16, 32)");
+  DNNF_CHECK(K >= 0 && N >= 0, "sgemm_pack_b: negative size (K=", K, " N=", N, ")");
+  if (K == 0 || N == 0) return;
+  // pack_b_strided lays out kc x nr panels; with kc = K that is exactly the whole-K layout.
+  gemm_detail::pack_b_strided(B, 0, K, 0, N, nr, dst);
+}
+
+void sgemm_packed_b(int64_t M, int64_t N, int64_t K, MatrixView A, const float* Bpacked, int nr,
+                    float* C, int64_t ldc, const GemmEpilogue& ep, const Parallel& par,
+                    const ElementHook* epilogue) {
+  DNNF_CHECK(nr == sgemm_panel_width(), "sgemm_packed_b: B was packed for panel width ", nr,
+             " but this CPU's micro-kernel uses ", sgemm_panel_width(), " (pack it again)");
+  DNNF_CHECK(ep.bias_mode == GemmEpilogue::Bias::None || ep.bias != nullptr,
+             "sgemm: bias mode set but bias is null");
+  DNNF_CHECK(K == 0 || N == 0 || (Bpacked != nullptr && reinterpret_cast<uintptr_t>(Bpacked) % 64 == 0),
+             "sgemm_packed_b: packed B must be a 64-byte aligned pointer");
+  gemm_detail::PrepackedProblem p;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.ldc = ldc;
+  p.A = A;
+  p.Bpk = Bpacked;
+  p.C = C;
+  p.bias_ptr = ep.bias;
+  gemm_detail::run(p, ep, par, epilogue);
+}
 
 void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A, int64_t strideA,
                    MatrixView B, int64_t strideB, float* C, int64_t ldc, int64_t strideC,

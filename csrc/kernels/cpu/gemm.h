@@ -48,6 +48,20 @@ void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A,
                    const GemmEpilogue& ep, const Parallel& par,
                    const ElementHook* epilogue = nullptr);
 
+// Constant B operands (weights) are packed once, at compile time, into the micro-kernel's panel
+// layout so that no call copies them again (at M = 128 the per-call copy of a 768x2304 weight was
+// ~18% of the GEMM): ceil(N/nr) panels of K x nr floats, panel p holding columns [p*nr, p*nr+nr)
+// row-major, columns >= N zero. nr must be sgemm_panel_width() of the process that runs it.
+int sgemm_panel_width();  // NR of the micro-kernel the active ISA runs (32 / 16 / 8)
+int64_t sgemm_packed_b_floats(int64_t K, int64_t N, int nr);
+// Precondition: dst holds sgemm_packed_b_floats(K, N, nr) floats; nr in {8, 16, 32}.
+void sgemm_pack_b(int64_t K, int64_t N, MatrixView B, int nr, float* dst);
+// sgemm with B given packed by sgemm_pack_b. Bpacked must be 64-byte aligned (aligned vector
+// loads). Throws dnnfusion::Error when nr is not sgemm_panel_width().
+void sgemm_packed_b(int64_t M, int64_t N, int64_t K, MatrixView A, const float* Bpacked, int nr,
+                    float* C, int64_t ldc, const GemmEpilogue& ep, const Parallel& par,
+                    const ElementHook* epilogue = nullptr);
+
 namespace gemm_detail {
 
 // A batch of same-shaped GEMMs whose operands are computed per batch entry; lets conv2d feed the
@@ -60,6 +74,9 @@ struct BatchedProblem {
   // holds columns j0+p*nr.., row-major within the panel), zero-filling columns >= j0+nc.
   virtual void pack_b(int64_t b, int64_t k0, int64_t kc, int64_t j0, int64_t nc, int nr,
                       float* dst) const = 0;
+  // B_b already packed whole (sgemm_pack_b layout, the micro-kernel's nr), or nullptr: then the
+  // driver reads its panels in place and never calls pack_b.
+  virtual const float* packed_b(int64_t) const { return nullptr; }
   virtual float* c(int64_t b) const = 0;
   // Bias vector for batch entry b (PerRow: M entries, PerCol: N entries); ignored when the
   // epilogue has no bias mode.

@@ -19,23 +19,55 @@ inline __m256 act256(__m256 v, Activation act) {
   return v;
 }
 
-void ukernel(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
-             const UkArgs& args) {
-  __m256 c0[kMR], c1[kMR];
-#pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
+// R rows of the tile (R <= kMR; packed A still has kMR floats per k step). Fewer rows than
+// FMA latency x ports leaves the FMA units waiting on the accumulator chains, so small R keeps U
+// independent partial sums over k (k, k+1, ...) and adds them at the end: a GEMV (M = 1) runs at
+// load/bandwidth speed instead of at one FMA per latency.
+template <int R>
+void ukernel_rows(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
+                  const UkArgs& args) {
+  constexpr int U = R >= 4 ? 1 : 4 / R;
+  __m256 c0[U][R], c1[U][R];
+#pragma GCC unroll 12
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) c0[u][i] = c1[u][i] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + U <= kc; k += U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m256 b0 = _mm256_load_ps(Bp + u * kNR);
+      const __m256 b1 = _mm256_load_ps(Bp + u * kNR + 8);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        const __m256 a = _mm256_broadcast_ss(Ap + u * kMR + i);
+        c0[u][i] = _mm256_fmadd_ps(a, b0, c0[u][i]);
+        c1[u][i] = _mm256_fmadd_ps(a, b1, c1[u][i]);
+      }
+    }
+    Ap += U * kMR;
+    Bp += U * kNR;
+  }
+  for (; k < kc; ++k) {
     const __m256 b0 = _mm256_load_ps(Bp);
     const __m256 b1 = _mm256_load_ps(Bp + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < kMR; ++i) {
-      const __m256 a = _mm256_broadcast_ss(Ap + i);
-      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      constexpr int u = 0;
+      const __m256 a = _mm256_broadcast_ss(Ap + u * kMR + i);
+      c0[0][i] = _mm256_fmadd_ps(a, b0, c0[0][i]);
+      c1[0][i] = _mm256_fmadd_ps(a, b1, c1[0][i]);
     }
     Ap += kMR;
     Bp += kNR;
   }
+#pragma GCC unroll 4
+  for (int u = 1; u < U; ++u)
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      c0[0][i] = _mm256_add_ps(c0[0][i], c0[u][i]);
+      c1[0][i] = _mm256_add_ps(c1[0][i], c1[u][i]);
+    }
   const bool has_beta = args.beta != 0.f;
   const __m256 beta = _mm256_set1_ps(args.beta);
   __m256 bc0 = _mm256_setzero_ps(), bc1 = _mm256_setzero_ps();
@@ -43,10 +75,10 @@ void ukernel(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc
     bc0 = _mm256_loadu_ps(args.bcol);
     bc1 = _mm256_loadu_ps(args.bcol + 8);
   }
-#pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) {
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
     float* c = C + i * ldc;
-    __m256 v0 = c0[i], v1 = c1[i];
+    __m256 v0 = c0[0][i], v1 = c1[0][i];
     if (has_beta) {
       v0 = _mm256_fmadd_ps(beta, _mm256_loadu_ps(c), v0);
       v1 = _mm256_fmadd_ps(beta, _mm256_loadu_ps(c + 8), v1);
@@ -66,7 +98,9 @@ void ukernel(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc
 }
 
 // kc x nc = 256 x 240 floats (240 KB) of B fits a 256 KB+ L2; the 6-row A micro-panel (6 KB) in L1.
-constexpr UkInfo kInfo{kMR, kNR, &ukernel, 256, 1536, 240};
+constexpr UkFn kByRows[kMR + 1] = {nullptr,          &ukernel_rows<1>, &ukernel_rows<2>, &ukernel_rows<3>,
+                                   &ukernel_rows<4>, &ukernel_rows<5>, &ukernel_rows<6>};
+constexpr UkInfo kInfo{kMR, kNR, &ukernel_rows<kMR>, 256, 1536, 240, kByRows};
 
 }  // namespace
 

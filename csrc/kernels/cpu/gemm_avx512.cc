@@ -24,23 +24,55 @@ inline __m512 act512(__m512 v, Activation act) {
   return v;
 }
 
-void ukernel(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
-             const UkArgs& args) {
-  __m512 c0[kMR], c1[kMR];
+// R rows of the tile (R <= kMR; packed A still has kMR floats per k step). Fewer rows than
+// FMA latency x ports leaves the FMA units waiting on the accumulator chains, so small R keeps U
+// independent partial sums over k (k, k+1, ...) and adds them at the end: a GEMV (M = 1) runs at
+// load/bandwidth speed instead of at one FMA per latency.
+template <int R>
+void ukernel_rows(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
+                  const UkArgs& args) {
+  constexpr int U = R >= 4 ? 1 : 4 / R;
+  __m512 c0[U][R], c1[U][R];
 #pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) c0[u][i] = c1[u][i] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + U <= kc; k += U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const __m512 b0 = _mm512_load_ps(Bp + u * kNR);
+      const __m512 b1 = _mm512_load_ps(Bp + u * kNR + 16);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        const __m512 a = _mm512_set1_ps(Ap[u * kMR + i]);
+        c0[u][i] = _mm512_fmadd_ps(a, b0, c0[u][i]);
+        c1[u][i] = _mm512_fmadd_ps(a, b1, c1[u][i]);
+      }
+    }
+    Ap += U * kMR;
+    Bp += U * kNR;
+  }
+  for (; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(Bp);
     const __m512 b1 = _mm512_load_ps(Bp + 16);
 #pragma GCC unroll 12
-    for (int i = 0; i < kMR; ++i) {
-      const __m512 a = _mm512_set1_ps(Ap[i]);
-      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
+    for (int i = 0; i < R; ++i) {
+      constexpr int u = 0;
+      const __m512 a = _mm512_set1_ps(Ap[u * kMR + i]);
+      c0[0][i] = _mm512_fmadd_ps(a, b0, c0[0][i]);
+      c1[0][i] = _mm512_fmadd_ps(a, b1, c1[0][i]);
     }
     Ap += kMR;
     Bp += kNR;
   }
+#pragma GCC unroll 4
+  for (int u = 1; u < U; ++u)
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      c0[0][i] = _mm512_add_ps(c0[0][i], c0[u][i]);
+      c1[0][i] = _mm512_add_ps(c1[0][i], c1[u][i]);
+    }
   const bool has_beta = args.beta != 0.f;
   const __m512 beta = _mm512_set1_ps(args.beta);
   __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps();
@@ -49,9 +81,9 @@ void ukernel(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc
     bc1 = _mm512_loadu_ps(args.bcol + 16);
   }
 #pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) {
+  for (int i = 0; i < R; ++i) {
     float* c = C + i * ldc;
-    __m512 v0 = c0[i], v1 = c1[i];
+    __m512 v0 = c0[0][i], v1 = c1[0][i];
     if (has_beta) {
       v0 = _mm512_fmadd_ps(beta, _mm512_loadu_ps(c), v0);
       v1 = _mm512_fmadd_ps(beta, _mm512_loadu_ps(c + 16), v1);
@@ -72,7 +104,11 @@ void ukernel(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc
 
 // B block (kc x nc = 384 x 480 floats, 720 KB) stays in L2 while each 12-row A micro-panel
 // (18 KB) sits in L1 and is reused across the whole block.
-constexpr UkInfo kInfo{kMR, kNR, &ukernel, 384, 1536, 480};
+constexpr UkFn kByRows[kMR + 1] = {nullptr,           &ukernel_rows<1>,  &ukernel_rows<2>, &ukernel_rows<3>,
+                                   &ukernel_rows<4>,  &ukernel_rows<5>,  &ukernel_rows<6>, &ukernel_rows<7>,
+                                   &ukernel_rows<8>,  &ukernel_rows<9>,  &ukernel_rows<10>, &ukernel_rows<11>,
+                                   &ukernel_rows<12>};
+constexpr UkInfo kInfo{kMR, kNR, &ukernel_rows<kMR>, 384, 1536, 480, kByRows};
 
 }  // namespace
 

@@ -79,10 +79,12 @@ struct Pass {
   const float* bcol;   // the tile's NR column biases, or nullptr
 };
 
-// The micro-kernels below are not templates and not inlined: every epilogue instantiation in a
-// translation unit shares one copy of the unrolled FMA loop, which keeps the compile time of an
-// instantiation low; one call per tile costs nothing next to its kc x MR x NR FMAs.
-// tile_kernel(kc, Ap, Bp, ps, Cin, ldci, out, ldo): out = products of the packed micro-panels
+// The micro-kernels below are not inlined: every epilogue instantiation in a translation unit
+// shares one copy of each unrolled FMA loop, which keeps the compile time of an instantiation low;
+// one call per tile costs nothing next to its kc x MR x NR FMAs. They are templates over R, the
+// rows computed (R <= MR; packed A keeps MR floats per k step), instantiated for a few buckets
+// (kRowBuckets) so that M < MR (GEMV at batch 1, 8 rows at batch 8) does not pay for MR rows.
+// tile_kernel<R>(kc, Ap, Bp, ps, Cin, ldci, out, ldo): out = products of the packed micro-panels
 // (kc steps of MR floats of A, of NR floats of B, both 64-byte aligned) combined as `ps` says
 // (!first: + Cin; first: + beta*Cin if beta != 0, + biases); Cin is read only when needed.
 #define DNNF_GEMM_KERNEL __attribute__((noinline)) void
@@ -93,122 +95,116 @@ struct Pass {
 // (18 KB) sits in L1 and is reused across the whole block.
 constexpr int kMR = 12, kNR = 32;
 constexpr int64_t kKC = 384, kMC = 1536, kNC = 480;
-
-DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const Pass& ps,
-                             const float* Cin, int64_t ldci, float* out, int64_t ldo) {
-  __m512 c0[kMR], c1[kMR];
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) c0[i] = c1[i] = _mm512_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_load_ps(Bp);
-    const __m512 b1 = _mm512_load_ps(Bp + 16);
-#pragma GCC unroll 12
-    for (int i = 0; i < kMR; ++i) {
-      const __m512 a = _mm512_set1_ps(Ap[i]);
-      c0[i] = _mm512_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm512_fmadd_ps(a, b1, c1[i]);
-    }
-    Ap += kMR;
-    Bp += kNR;
-  }
-  if (ps.first) {
-    if (ps.beta != 0.f) {
-      const __m512 beta = _mm512_set1_ps(ps.beta);
-#pragma GCC unroll 12
-      for (int i = 0; i < kMR; ++i) {
-        c0[i] = _mm512_fmadd_ps(beta, _mm512_loadu_ps(Cin + i * ldci), c0[i]);
-        c1[i] = _mm512_fmadd_ps(beta, _mm512_loadu_ps(Cin + i * ldci + 16), c1[i]);
-      }
-    }
-    if (ps.brow) {
-#pragma GCC unroll 12
-      for (int i = 0; i < kMR; ++i) {
-        const __m512 br = _mm512_set1_ps(ps.brow[i]);
-        c0[i] = _mm512_add_ps(c0[i], br);
-        c1[i] = _mm512_add_ps(c1[i], br);
-      }
-    }
-    if (ps.bcol) {
-      const __m512 bc0 = _mm512_loadu_ps(ps.bcol), bc1 = _mm512_loadu_ps(ps.bcol + 16);
-#pragma GCC unroll 12
-      for (int i = 0; i < kMR; ++i) {
-        c0[i] = _mm512_add_ps(c0[i], bc0);
-        c1[i] = _mm512_add_ps(c1[i], bc1);
-      }
-    }
-  } else {
-#pragma GCC unroll 12
-    for (int i = 0; i < kMR; ++i) {
-      c0[i] = _mm512_add_ps(c0[i], _mm512_loadu_ps(Cin + i * ldci));
-      c1[i] = _mm512_add_ps(c1[i], _mm512_loadu_ps(Cin + i * ldci + 16));
-    }
-  }
-#pragma GCC unroll 12
-  for (int i = 0; i < kMR; ++i) {
-    _mm512_storeu_ps(out + i * ldo, c0[i]);
-    _mm512_storeu_ps(out + i * ldo + 16, c1[i]);
-  }
-}
-
+constexpr int kRowBuckets[] = {1, 4, 8, 12};
+using Vec = __m512;
+constexpr int kW = 16;
+inline Vec v_load(const float* p) { return _mm512_load_ps(p); }
+inline Vec v_loadu(const float* p) { return _mm512_loadu_ps(p); }
+inline void v_storeu(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec v_fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec v_add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec v_set1(float x) { return _mm512_set1_ps(x); }
+inline Vec v_zero() { return _mm512_setzero_ps(); }
 #elif DNNF_GEMM_ISA == 1
 // 12 ymm accumulators; per k step two 8-wide loads of packed B and 6 broadcasts of packed A.
 // kc x nc = 256 x 240 floats (240 KB) of B fits a 256 KB+ L2; the 6-row A micro-panel (6 KB) L1.
 constexpr int kMR = 6, kNR = 16;
 constexpr int64_t kKC = 256, kMC = 1536, kNC = 240;
+constexpr int kRowBuckets[] = {1, 4, 6};
+using Vec = __m256;
+constexpr int kW = 8;
+inline Vec v_load(const float* p) { return _mm256_load_ps(p); }
+inline Vec v_loadu(const float* p) { return _mm256_loadu_ps(p); }
+inline void v_storeu(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec v_fmadd(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec v_add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec v_set1(float x) { return _mm256_set1_ps(x); }
+inline Vec v_zero() { return _mm256_setzero_ps(); }
+#endif
 
+#if DNNF_GEMM_ISA >= 1
+// Fewer rows than FMA latency x ports would leave the FMA units waiting on the accumulator
+// chains, so small R keeps U independent partial sums over consecutive k and adds them at the end.
+template <int R>
 DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const Pass& ps,
                              const float* Cin, int64_t ldci, float* out, int64_t ldo) {
-  __m256 c0[kMR], c1[kMR];
-#pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
-  for (int64_t k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_load_ps(Bp);
-    const __m256 b1 = _mm256_load_ps(Bp + 8);
-#pragma GCC unroll 6
-    for (int i = 0; i < kMR; ++i) {
-      const __m256 a = _mm256_broadcast_ss(Ap + i);
-      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+  constexpr int U = R >= 4 ? 1 : 4 / R;
+  Vec c0[U][R], c1[U][R];
+#pragma GCC unroll 4
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) c0[u][i] = c1[u][i] = v_zero();
+  int64_t k = 0;
+  for (; k + U <= kc; k += U) {
+#pragma GCC unroll 4
+    for (int u = 0; u < U; ++u) {
+      const Vec b0 = v_load(Bp + u * kNR);
+      const Vec b1 = v_load(Bp + u * kNR + kW);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        const Vec a = v_set1(Ap[u * kMR + i]);
+        c0[u][i] = v_fmadd(a, b0, c0[u][i]);
+        c1[u][i] = v_fmadd(a, b1, c1[u][i]);
+      }
+    }
+    Ap += U * kMR;
+    Bp += U * kNR;
+  }
+  for (; k < kc; ++k) {
+    const Vec b0 = v_load(Bp);
+    const Vec b1 = v_load(Bp + kW);
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      const Vec a = v_set1(Ap[i]);
+      c0[0][i] = v_fmadd(a, b0, c0[0][i]);
+      c1[0][i] = v_fmadd(a, b1, c1[0][i]);
     }
     Ap += kMR;
     Bp += kNR;
   }
+#pragma GCC unroll 4
+  for (int u = 1; u < U; ++u)
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      c0[0][i] = v_add(c0[0][i], c0[u][i]);
+      c1[0][i] = v_add(c1[0][i], c1[u][i]);
+    }
   if (ps.first) {
     if (ps.beta != 0.f) {
-      const __m256 beta = _mm256_set1_ps(ps.beta);
-#pragma GCC unroll 6
-      for (int i = 0; i < kMR; ++i) {
-        c0[i] = _mm256_fmadd_ps(beta, _mm256_loadu_ps(Cin + i * ldci), c0[i]);
-        c1[i] = _mm256_fmadd_ps(beta, _mm256_loadu_ps(Cin + i * ldci + 8), c1[i]);
+      const Vec beta = v_set1(ps.beta);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        c0[0][i] = v_fmadd(beta, v_loadu(Cin + i * ldci), c0[0][i]);
+        c1[0][i] = v_fmadd(beta, v_loadu(Cin + i * ldci + kW), c1[0][i]);
       }
     }
     if (ps.brow) {
-#pragma GCC unroll 6
-      for (int i = 0; i < kMR; ++i) {
-        const __m256 br = _mm256_set1_ps(ps.brow[i]);
-        c0[i] = _mm256_add_ps(c0[i], br);
-        c1[i] = _mm256_add_ps(c1[i], br);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        const Vec br = v_set1(ps.brow[i]);
+        c0[0][i] = v_add(c0[0][i], br);
+        c1[0][i] = v_add(c1[0][i], br);
       }
     }
     if (ps.bcol) {
-      const __m256 bc0 = _mm256_loadu_ps(ps.bcol), bc1 = _mm256_loadu_ps(ps.bcol + 8);
-#pragma GCC unroll 6
-      for (int i = 0; i < kMR; ++i) {
-        c0[i] = _mm256_add_ps(c0[i], bc0);
-        c1[i] = _mm256_add_ps(c1[i], bc1);
+      const Vec bc0 = v_loadu(ps.bcol), bc1 = v_loadu(ps.bcol + kW);
+#pragma GCC unroll 12
+      for (int i = 0; i < R; ++i) {
+        c0[0][i] = v_add(c0[0][i], bc0);
+        c1[0][i] = v_add(c1[0][i], bc1);
       }
     }
   } else {
-#pragma GCC unroll 6
-    for (int i = 0; i < kMR; ++i) {
-      c0[i] = _mm256_add_ps(c0[i], _mm256_loadu_ps(Cin + i * ldci));
-      c1[i] = _mm256_add_ps(c1[i], _mm256_loadu_ps(Cin + i * ldci + 8));
+#pragma GCC unroll 12
+    for (int i = 0; i < R; ++i) {
+      c0[0][i] = v_add(c0[0][i], v_loadu(Cin + i * ldci));
+      c1[0][i] = v_add(c1[0][i], v_loadu(Cin + i * ldci + kW));
     }
   }
-#pragma GCC unroll 6
-  for (int i = 0; i < kMR; ++i) {
-    _mm256_storeu_ps(out + i * ldo, c0[i]);
-    _mm256_storeu_ps(out + i * ldo + 8, c1[i]);
+#pragma GCC unroll 12
+  for (int i = 0; i < R; ++i) {
+    v_storeu(out + i * ldo, c0[0][i]);
+    v_storeu(out + i * ldo + kW, c1[0][i]);
   }
 }
 
@@ -216,19 +212,21 @@ DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const
 // Plain loops over a small tile; -O3 vectorizes them for whatever the target has.
 constexpr int kMR = 4, kNR = 8;
 constexpr int64_t kKC = 256, kMC = 1024, kNC = 128;
+constexpr int kRowBuckets[] = {1, 4};
 
+template <int R>
 DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const Pass& ps,
                              const float* Cin, int64_t ldci, float* out, int64_t ldo) {
-  float acc[kMR][kNR] = {};
+  float acc[R][kNR] = {};
   for (int64_t k = 0; k < kc; ++k) {
-    for (int i = 0; i < kMR; ++i) {
+    for (int i = 0; i < R; ++i) {
       const float a = Ap[i];
       for (int j = 0; j < kNR; ++j) acc[i][j] += a * Bp[j];
     }
     Ap += kMR;
     Bp += kNR;
   }
-  for (int i = 0; i < kMR; ++i) {
+  for (int i = 0; i < R; ++i) {
     const float* c = Cin + i * ldci;
     for (int j = 0; j < kNR; ++j) {
       float v = acc[i][j];
@@ -247,17 +245,33 @@ DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const
 
 #undef DNNF_GEMM_KERNEL
 
-// A full tile: straight to C unless the epilogue must see it first in a local tile.
-template <class Epi>
+// Calls f(std::integral_constant<int, R>{}) for the smallest row bucket R >= mr (mr <= MR).
+template <size_t I = 0, class F>
+inline void with_row_bucket(int mr, const F& f) {
+  constexpr size_t n = sizeof(kRowBuckets) / sizeof(kRowBuckets[0]);
+  static_assert(kRowBuckets[n - 1] == kMR, "the last bucket is the full tile");
+  if constexpr (I + 1 == n) {
+    f(std::integral_constant<int, kRowBuckets[I]>{});
+  } else {
+    if (mr <= kRowBuckets[I]) {
+      f(std::integral_constant<int, kRowBuckets[I]>{});
+    } else {
+      with_row_bucket<I + 1>(mr, f);
+    }
+  }
+}
+
+// R full rows of NR columns: straight to C unless the epilogue must see them first in a local tile.
+template <int R, class Epi>
 inline void tile_full(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
                       const Pass& ps, const Epi& epi, int64_t start, int64_t N) {
   if (!ps.last || std::is_same<Epi, Identity>::value) {
-    tile_kernel(kc, Ap, Bp, ps, C, ldc, C, ldc);
+    tile_kernel<R>(kc, Ap, Bp, ps, C, ldc, C, ldc);
     return;
   }
-  alignas(64) float tile[kMR * kNR];
-  tile_kernel(kc, Ap, Bp, ps, C, ldc, tile, kNR);
-  for (int r = 0; r < kMR; ++r) {
+  alignas(64) float tile[R * kNR];
+  tile_kernel<R>(kc, Ap, Bp, ps, C, ldc, tile, kNR);
+  for (int r = 0; r < R; ++r) {
     float* t = tile + r * kNR;
     epi(t, start + r * N, kNR);
     float* c = C + r * ldc;
@@ -265,14 +279,15 @@ inline void tile_full(int64_t kc, const float* Ap, const float* Bp, float* C, in
   }
 }
 
-// An edge tile: the bare products of the zero-padded panels into a local tile, then only its
-// valid mr x nr corner is combined with C / beta / biases, passed to epi (last pass) and stored.
-template <class Epi>
+// An edge tile: the bare products of R >= mr rows of the zero-padded panels into a local tile,
+// then only its valid mr x nr corner is combined with C / beta / biases, passed to epi (last
+// pass) and stored.
+template <int R, class Epi>
 inline void tile_edge(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc, int mr,
                       int nr, const Pass& ps, const Epi& epi, int64_t start, int64_t N) {
-  alignas(64) float tile[kMR * kNR];
+  alignas(64) float tile[R * kNR];
   const Pass bare{true, false, 0.f, nullptr, nullptr};
-  tile_kernel(kc, Ap, Bp, bare, nullptr, 0, tile, kNR);
+  tile_kernel<R>(kc, Ap, Bp, bare, nullptr, 0, tile, kNR);
   for (int r = 0; r < mr; ++r) {
     float* t = tile + r * kNR;
     float* c = C + r * ldc;
@@ -291,6 +306,21 @@ inline void tile_edge(int64_t kc, const float* Ap, const float* Bp, float* C, in
     if (ps.last) epi(t, start + r * N, nr);
     for (int q = 0; q < nr; ++q) c[q] = t[q];
   }
+}
+
+// One tile of mr x nr (<= MR x NR) valid elements: the kernel for the smallest row bucket that
+// covers mr, straight to C when that bucket is exactly mr and the columns are full.
+template <class Epi>
+inline void tile_any(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc, int mr,
+                     int nr, const Pass& ps, const Epi& epi, int64_t start, int64_t N) {
+  with_row_bucket(mr, [&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    if (R == mr && nr == kNR) {
+      tile_full<R>(kc, Ap, Bp, C, ldc, ps, epi, start, N);
+    } else {
+      tile_edge<R>(kc, Ap, Bp, C, ldc, mr, nr, ps, epi, start, N);
+    }
+  });
 }
 
 // Packing buffers live per thread and only grow: a GEMM per layer must not hit the allocator.
@@ -407,6 +437,7 @@ struct Problem {
   const float* brow;  // bias per row or nullptr
   const float* bcol;  // bias per column or nullptr
   float alpha, beta;
+  const float* Bpk;   // B packed whole (kernels::sgemm_pack_b layout, kNR) or nullptr: B is read
 };
 
 // One task: rows [m0,m1) x cols [n0,n1) of batch entry b, all of K.
@@ -427,8 +458,14 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
     for (int64_t pc = 0; pc < K; pc += kc_blk) {
       const int64_t kc = std::min(kc_blk, K - pc);
       const bool first = pc == 0, last = pc + kc == K;
-      float* Bp = scratch_b(static_cast<size_t>(nc_pad * kc));
-      pack_b(B, pc, kc, jc, nc, Bp);
+      // Panel q of this (jc, pc) block starts at Bp + q * panel_stride.
+      const float* Bp = p.Bpk ? p.Bpk + (jc / kNR) * K * kNR + pc * kNR : nullptr;
+      const int64_t panel_stride = p.Bpk ? K * kNR : kc * kNR;
+      if (!p.Bpk) {
+        float* buf = scratch_b(static_cast<size_t>(nc_pad * kc));
+        pack_b(B, pc, kc, jc, nc, buf);
+        Bp = buf;
+      }
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
         const int64_t mc_pad = (mc + kMR - 1) / kMR * kMR;
@@ -441,15 +478,15 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
           for (int64_t jr = 0; jr < nc; jr += kNR) {
             const int64_t j = jc + jr;
             const int nr = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
-            const float* bp = Bp + jr * kc;
+            const float* bp = Bp + (jr / kNR) * panel_stride;
             const Pass ps{first, last, p.beta, p.brow ? p.brow + i : nullptr,
                           p.bcol ? p.bcol + j : nullptr};
             float* c = C + i * ldc + j;
             const int64_t start = (b * p.M + i) * N + j;
             if (mr == kMR && nr == kNR) {
-              tile_full(kc, ap, bp, c, ldc, ps, epi, start, N);
+              tile_full<kMR>(kc, ap, bp, c, ldc, ps, epi, start, N);
             } else {
-              tile_edge(kc, ap, bp, c, ldc, mr, nr, ps, epi, start, N);
+              tile_any(kc, ap, bp, c, ldc, mr, nr, ps, epi, start, N);
             }
           }
         }
@@ -508,17 +545,40 @@ void epilogue_only(const Problem& p, int64_t batch, const Epi& epi, const dnnf_p
   parallel_run(par, batch * M, std::max<int64_t>(1, 16384 / N), body);
 }
 
+template <class Epi>
+void run(const Problem& p, int64_t batch, const Epi& epi, const dnnf_parallel* par);
+
 }  // namespace detail
 
 template <class Epi>
 void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Mat A, int64_t strideA, Mat B,
           int64_t strideB, float* C, int64_t ldc, int64_t strideC, const float* bias,
           int bias_mode, float alpha, float beta, const Epi& epi, const dnnf_parallel* par) {
-  using namespace detail;
   if (batch <= 0 || M <= 0 || N <= 0) return;
-  const Problem p{M, N, K, A, B, strideA, strideB, C, ldc, strideC,
-                  bias_mode == kBiasPerRow ? bias : nullptr,
-                  bias_mode == kBiasPerCol ? bias : nullptr, alpha, beta};
+  const detail::Problem p{M, N, K, A, B, strideA, strideB, C, ldc, strideC,
+                          bias_mode == kBiasPerRow ? bias : nullptr,
+                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, beta, nullptr};
+  detail::run(p, batch, epi, par);
+}
+
+// gemm() for one entry with B given packed whole by kernels::sgemm_pack_b with panel width kNR
+// (64-byte aligned); the generated code forces DNNF_GEMM_ISA to the ISA whose width it packed for.
+template <class Epi>
+void gemm_packed_b(int64_t M, int64_t N, int64_t K, Mat A, const float* Bpacked, float* C,
+                   int64_t ldc, const float* bias, int bias_mode, float alpha, const Epi& epi,
+                   const dnnf_parallel* par) {
+  if (M <= 0 || N <= 0) return;
+  const detail::Problem p{M, N, K, A, Mat{nullptr, 0, 0}, 0, 0, C, ldc, 0,
+                          bias_mode == kBiasPerRow ? bias : nullptr,
+                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, 0.f, Bpacked};
+  detail::run(p, 1, epi, par);
+}
+
+namespace detail {
+
+template <class Epi>
+void run(const Problem& p, int64_t batch, const Epi& epi, const dnnf_parallel* par) {
+  const int64_t M = p.M, N = p.N, K = p.K;
   if (K <= 0) {
     epilogue_only(p, batch, epi, par);
     return;
@@ -563,6 +623,7 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Mat A, int64_t strideA
   parallel_run(par, tasks, grain, body);
 }
 
+}  // namespace detail
 }  // namespace
 }  // namespace dnnf_gemm
 

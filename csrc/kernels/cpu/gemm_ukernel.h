@@ -31,6 +31,9 @@ struct UkInfo {
   int mr, nr;
   UkFn fn;
   int64_t kc, mc, nc;  // cache blocking tuned for the ISA's tile
+  // by_rows[r], 1 <= r <= mr: the same micro-kernel computing (and storing) only the first r rows
+  // of the tile, so M < mr (a GEMV, batch-8 rows) does not pay for mr rows; nullptr: fn only.
+  const UkFn* by_rows = nullptr;
 };
 
 // Defined in the ISA files; only call when the CPU supports the ISA.
