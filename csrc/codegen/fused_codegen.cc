@@ -348,11 +348,11 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
          << ptr_type(acc[a].is_bool, out) << ">(" << (out ? "const_cast<void*>(p[" : "p[") << acc[a].arg
          << (out ? "])" : "]") << ");\n";
   }
-  // Per row: the base pointer of every access.
-  auto row_bases = [&](const std::string& row, const std::string& indent) {
+  // Per row: the base pointer `prefix`<a> of every access; a row spans dims [0, ndims).
+  auto row_bases = [&](const std::string& row, const std::string& indent, size_t ndims, const std::string& prefix) {
     std::ostringstream os;
     os << indent << "int64_t q_ = " << row << ";\n";
-    for (int64_t k = static_cast<int64_t>(rank) - 2; k >= 0; --k) {
+    for (int64_t k = static_cast<int64_t>(ndims) - 1; k >= 0; --k) {
       if (k > 0)
         os << indent << "const int64_t c" << k << " = q_ % " << dims[k] << "; q_ /= " << dims[k] << ";\n";
       else
@@ -361,13 +361,22 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
     os << indent << "(void)q_;\n";
     for (size_t a = 0; a < acc.size(); ++a) {
       if (acc[a].arg < 0) continue;
-      os << indent << "auto* __restrict B" << a << " = A" << acc[a].arg << " + (" << acc[a].offset;
-      for (size_t k = 0; k + 1 < rank; ++k)
+      os << indent << "auto* __restrict " << prefix << a << " = A" << acc[a].arg << " + (" << acc[a].offset;
+      for (size_t k = 0; k < ndims; ++k)
         if (acc[a].strides[k]) os << " + c" << k << " * " << acc[a].strides[k];
       os << ");\n";
     }
     return os.str();
   };
+  // A short innermost dimension (a channel block of an NCHW[x]c transform) would pay the row
+  // decomposition every few elements: the loop nest then walks the last two dims itself.
+  // Rows of the outer dims times `splits` pieces of the second-to-last one, so that even a single
+  // outer row gives the workers something to share.
+  const bool two_d = kind == StageKind::Loop && !chunked && rank >= 2 && inner < 64;
+  const int64_t d2 = rank >= 2 ? dims[rank - 2] : 1;
+  const int64_t outer_rows = rank >= 2 ? rows / d2 : rows;
+  const int64_t splits = two_d ? std::min<int64_t>(d2, std::max<int64_t>(1, (8 + outer_rows - 1) / outer_rows)) : 1;
+  const int64_t piece = (d2 + splits - 1) / splits;
   auto elem = [&](size_t a) {
     const int64_t s = acc[a].strides.back();
     if (acc[a].arg < 0) return std::string("d_[j]");
@@ -411,13 +420,22 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
       for (size_t a = 0; a < acc.size(); ++a)
         fn << "    auto* __restrict B" << a << " = A" << acc[a].arg << " + (" << acc[a].offset << " + base_ * "
            << acc[a].strides[0] << ");\n";
+    } else if (two_d) {
+      fn << row_bases("r_ / " + std::to_string(splits), "    ", rank - 2, "R");
+      fn << "    const int64_t n_ = " << inner << ";\n";
+      fn << "    const int64_t i2b_ = (r_ % " << splits << ") * " << piece << ";\n";
+      fn << "    const int64_t i2e_ = i2b_ + " << piece << " < " << d2 << " ? i2b_ + " << piece << " : " << d2 << ";\n";
+      fn << "    for (int64_t i2_ = i2b_; i2_ < i2e_; ++i2_) {\n";
+      for (size_t a = 0; a < acc.size(); ++a)
+        if (acc[a].arg >= 0) fn << "    auto* __restrict B" << a << " = R" << a << " + i2_ * " << acc[a].strides[rank - 2] << ";\n";
     } else {
-      fn << row_bases("r_", "    ");
+      fn << row_bases("r_", "    ", rank - 1, "B");
       fn << "    const int64_t n_ = " << inner << ";\n";
     }
-    fn << "#pragma GCC ivdep\n    for (int64_t j = 0; j < n_; ++j) {\n" << inner_body.str() << stores.str() << "    }\n  }\n}\n";
-    const int64_t nrows = chunked ? (inner + chunk - 1) / chunk : rows;
-    const int64_t per_row = chunked ? chunk : inner;
+    fn << "#pragma GCC ivdep\n    for (int64_t j = 0; j < n_; ++j) {\n" << inner_body.str() << stores.str() << "    }\n  }\n"
+       << (two_d ? "  }\n" : "") << "}\n";
+    const int64_t nrows = chunked ? (inner + chunk - 1) / chunk : two_d ? outer_rows * splits : rows;
+    const int64_t per_row = chunked ? chunk : two_d ? inner * piece : inner;
     const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(per_row, 1));
     fn << "extern \"C\" void FN(const void* const* args, const dnnf_parallel* par) {\n"
        << "  par->parallel_for(par->pool, " << nrows << ", " << grain << ", FN_body, args);\n}\n";
@@ -426,7 +444,7 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
     fn << "  int64_t i_ = start;\n  const int64_t end_ = start + count;\n  while (i_ < end_) {\n";
     fn << "    const int64_t row_ = i_ / " << inner << ", j0_ = i_ - row_ * " << inner << ";\n";
     fn << "    const int64_t n_ = " << inner << " - j0_ < end_ - i_ ? " << inner << " - j0_ : end_ - i_;\n";
-    fn << row_bases("row_", "    ");
+    fn << row_bases("row_", "    ", rank - 1, "B");
     for (size_t a = 0; a < acc.size(); ++a)
       if (acc[a].arg >= 0) fn << "    B" << a << " += j0_ * " << acc[a].strides.back() << ";\n";
     fn << "    float* __restrict d_ = data + (i_ - start);\n";

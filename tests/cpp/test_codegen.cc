@@ -167,6 +167,46 @@ TEST(Codegen, InlineChainWithBroadcastAndDataMovement) {
   expect_same(g, {rnd(rng, 120)}, {{0, 1, 2, 3, 4, 5, 6}}, 1);
 }
 
+TEST(Codegen, ShortInnerDimensionLoopsWalkTheLastTwoDims) {
+  // NCHW -> NCHW16c, a 32c -> 16c re-block and a one-image transform whose only outer row is
+  // split among the workers: each a loop over (rows, second-to-last dim, 16-wide channel block).
+  std::mt19937_64 rng(dt::test_seed() + 7);
+  SCOPED_TRACE(dt::seed_note());
+  auto f = [](Graph& g, const char* op, std::vector<int> in, std::vector<int64_t> s, ecg::AttrMap a = {}) {
+    return g.node(g.add_node(op, in, {{s, DType::Float32}}, a)).outputs[0];
+  };
+  using V = std::vector<int64_t>;
+  {
+    Graph g;
+    int x = g.add_input({2, 64, 7, 9}, DType::Float32, "x");
+    int v = f(g, "view", {x}, {2, 4, 16, 7, 9}, {{"size", V{2, 4, 16, 7, 9}}});
+    int p = f(g, "permute", {v}, {2, 4, 7, 9, 16}, {{"dims", V{0, 1, 3, 4, 2}}});
+    g.set_outputs({f(g, "relu", {p}, {2, 4, 7, 9, 16})});
+    expect_same(g, {rnd(rng, 2 * 64 * 7 * 9)}, {{0, 1, 2}}, 1);
+    codegen::CodegenResult cg = codegen::generate_program(g, make_plan(g, {{0, 1, 2}}));
+    EXPECT_NE(cg.source.find("i2_"), std::string::npos) << cg.source;
+  }
+  {
+    Graph g;
+    int x = g.add_input({1, 3, 5, 6, 32}, DType::Float32, "x");
+    int v = f(g, "view", {x}, {1, 3, 5, 6, 2, 16}, {{"size", V{1, 3, 5, 6, 2, 16}}});
+    int p = f(g, "permute", {v}, {1, 3, 2, 5, 6, 16}, {{"dims", V{0, 1, 4, 2, 3, 5}}});
+    int w = f(g, "view", {p}, {1, 6, 5, 6, 16}, {{"size", V{1, 6, 5, 6, 16}}});
+    g.set_outputs({f(g, "relu", {w}, {1, 6, 5, 6, 16})});
+    // The merging view of the permuted tensor is no strided view: the re-block is materialized
+    // (a loop of its own) and the relu reads it.
+    expect_same(g, {rnd(rng, 3 * 5 * 6 * 32)}, {{0, 1, 2, 3}}, 2);
+  }
+  {
+    Graph g;
+    int x = g.add_input({1, 16, 30, 31}, DType::Float32, "x");
+    int v = f(g, "view", {x}, {1, 1, 16, 30, 31}, {{"size", V{1, 1, 16, 30, 31}}});
+    int p = f(g, "permute", {v}, {1, 1, 30, 31, 16}, {{"dims", V{0, 1, 3, 4, 2}}});
+    g.set_outputs({f(g, "relu", {p}, {1, 1, 30, 31, 16})});
+    expect_same(g, {rnd(rng, 16 * 30 * 31)}, {{0, 1, 2}}, 1);
+  }
+}
+
 TEST(Codegen, NonViewableReshapeIsMaterializedInsideTheBlock) {
   std::mt19937_64 rng(dt::test_seed());
   Graph g;

@@ -313,15 +313,25 @@ void nchwc_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, 
                      for (int64_t t = b; t < e; ++t) {
                        const int64_t h = t % H, cbo = (t / H) % Cbo, n = t / (H * Cbo);
                        float* dst = y + (t * W) * c_out;
-                       for (int64_t c = 0; c < c_out; ++c) {
+                       // Per position, the output block is a few runs of channels that are
+                       // contiguous in one input block: copy run by run (channel by channel
+                       // with strided stores ran 3x slower than the generated re-block loop).
+                       for (int64_t c = 0; c < c_out;) {
                          const int64_t ch = cbo * c_out + c;
-                         if (ch < C) {
-                           const float* src =
-                               x + ((n * Cbi + ch / c_in) * HW + h * W) * c_in + ch % c_in;
-                           for (int64_t w = 0; w < W; ++w) dst[w * c_out + c] = src[w * c_in];
-                         } else {
-                           for (int64_t w = 0; w < W; ++w) dst[w * c_out + c] = 0.f;
+                         if (ch >= C) {
+                           for (int64_t w = 0; w < W; ++w)
+                             for (int64_t q = c; q < c_out; ++q) dst[w * c_out + q] = 0.f;
+                           break;
                          }
+                         const int64_t off = ch % c_in;
+                         const int64_t run = std::min({int64_t{c_in} - off, int64_t{c_out} - c, C - ch});
+                         const float* src = x + ((n * Cbi + ch / c_in) * HW + h * W) * c_in + off;
+                         for (int64_t w = 0; w < W; ++w) {
+                           const float* sp = src + w * c_in;
+                           float* dp = dst + w * c_out + c;
+                           for (int64_t q = 0; q < run; ++q) dp[q] = sp[q];
+                         }
+                         c += run;
                        }
                      }
                    });
