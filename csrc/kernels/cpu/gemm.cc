@@ -133,65 +133,80 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
   const float* prepacked = p.packed_b(b);
   DNNF_CHECK(!prepacked || n0 % NR == 0, "sgemm: column block ", n0, " is not on a panel boundary");
 
+  // The tiles of one (column block, row block, K block): Ap packed rows, Bp the block's first
+  // panel, panel q at Bp + q * panel_stride.
+  auto tiles = [&](int64_t jc, int64_t nc, int64_t ic, int64_t mc, int64_t pc, int64_t kc,
+                   const float* Ap, const float* Bp, int64_t panel_stride) {
+    const bool first = pc == 0, last = pc + kc == K;
+    // Values are final only after the last K block, so that is the only pass that runs the hook.
+    const ElementHook* tile_hook = last ? hook : nullptr;
+    for (int64_t ir = 0; ir < mc; ir += MR) {
+      const int64_t i = ic + ir;
+      const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mc - ir));
+      const float* ap = Ap + ir * kc;
+      for (int64_t jr = 0; jr < nc; jr += NR) {
+        const int64_t j = jc + jr;
+        const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nc - jr));
+        const float* bp = Bp + (jr / NR) * panel_stride;
+        UkArgs args{first ? ep.beta : 1.f, (first && row_bias) ? bias + i : nullptr,
+                    (first && col_bias) ? bias + j : nullptr,
+                    last ? ep.act : Activation::None};
+        float* c = C + i * ldc + j;
+        // Fewer rows than the tile: the kernel for exactly those rows, when the ISA has one.
+        const UkFn rows_fn = mr_eff < MR && uk.by_rows ? uk.by_rows[mr_eff] : uk.fn;
+        if (nr_eff == NR && (mr_eff == MR || uk.by_rows)) {
+          rows_fn(kc, ap, bp, c, ldc, args);
+          if (tile_hook) {
+            for (int r = 0; r < mr_eff; ++r)
+              (*tile_hook)(c + r * ldc, (b * p.M + i + r) * p.N + j, NR);
+          }
+        } else {
+          const UkArgs plain{0.f, nullptr, nullptr, Activation::None};
+          rows_fn(kc, ap, bp, tmp, NR, plain);
+          for (int r = 0; r < mr_eff; ++r) {
+            float* cr = c + r * ldc;
+            const float* t = tmp + r * NR;
+            for (int q = 0; q < nr_eff; ++q) {
+              float v = t[q];
+              if (args.beta != 0.f) v += args.beta * cr[q];
+              if (args.brow) v += args.brow[r];
+              if (args.bcol) v += args.bcol[q];
+              cr[q] = activate(v, args.act);
+            }
+            if (tile_hook) (*tile_hook)(cr, (b * p.M + i + r) * p.N + j, nr_eff);
+          }
+        }
+      }
+    }
+  };
+
+  if (prepacked) {
+    // B needs no packing: pack each block of A once and sweep it across all of this task's
+    // columns, rather than packing it again for every column block.
+    for (int64_t pc = 0; pc < K; pc += kc_blk) {
+      const int64_t kc = std::min(kc_blk, K - pc);
+      for (int64_t ic = m0; ic < m1; ic += uk.mc) {
+        const int64_t mc = std::min(uk.mc, m1 - ic);
+        float* Ap = tl_pack_a.get(static_cast<size_t>((mc + MR - 1) / MR * MR * kc));
+        pack_a(A, ic, mc, pc, kc, MR, ep.alpha, Ap);
+        for (int64_t jc = n0; jc < n1; jc += uk.nc)
+          tiles(jc, std::min(uk.nc, n1 - jc), ic, mc, pc, kc, Ap, prepacked + (jc / NR) * K * NR + pc * NR, K * NR);
+      }
+    }
+    return;
+  }
   for (int64_t jc = n0; jc < n1; jc += uk.nc) {
     const int64_t nc = std::min(uk.nc, n1 - jc);
     const int64_t nc_pad = (nc + NR - 1) / NR * NR;
     for (int64_t pc = 0; pc < K; pc += kc_blk) {
       const int64_t kc = std::min(kc_blk, K - pc);
-      const bool first = pc == 0, last = pc + kc == K;
-      // Values are final only after the last K block, so that is the only pass that runs the hook.
-      const ElementHook* tile_hook = last ? hook : nullptr;
-      // Panel q of this (jc, pc) block starts at Bp + q * panel_stride.
-      const float* Bp = prepacked ? prepacked + (jc / NR) * K * NR + pc * NR : nullptr;
-      const int64_t panel_stride = prepacked ? K * NR : kc * NR;
-      if (!prepacked) {
-        float* buf = tl_pack_b.get(static_cast<size_t>(nc_pad * kc));
-        p.pack_b(b, pc, kc, jc, nc, NR, buf);
-        Bp = buf;
-      }
+      float* Bp = tl_pack_b.get(static_cast<size_t>(nc_pad * kc));
+      p.pack_b(b, pc, kc, jc, nc, NR, Bp);
       for (int64_t ic = m0; ic < m1; ic += uk.mc) {
         const int64_t mc = std::min(uk.mc, m1 - ic);
-        const int64_t mc_pad = (mc + MR - 1) / MR * MR;
-        float* Ap = tl_pack_a.get(static_cast<size_t>(mc_pad * kc));
+        float* Ap = tl_pack_a.get(static_cast<size_t>((mc + MR - 1) / MR * MR * kc));
         pack_a(A, ic, mc, pc, kc, MR, ep.alpha, Ap);
-        for (int64_t ir = 0; ir < mc; ir += MR) {
-          const int64_t i = ic + ir;
-          const int mr_eff = static_cast<int>(std::min<int64_t>(MR, mc - ir));
-          const float* ap = Ap + ir * kc;
-          for (int64_t jr = 0; jr < nc; jr += NR) {
-            const int64_t j = jc + jr;
-            const int nr_eff = static_cast<int>(std::min<int64_t>(NR, nc - jr));
-            const float* bp = Bp + (jr / NR) * panel_stride;
-            UkArgs args{first ? ep.beta : 1.f, (first && row_bias) ? bias + i : nullptr,
-                        (first && col_bias) ? bias + j : nullptr,
-                        last ? ep.act : Activation::None};
-            float* c = C + i * ldc + j;
-            // Fewer rows than the tile: the kernel for exactly those rows, when the ISA has one.
-            const UkFn rows_fn = mr_eff < MR && uk.by_rows ? uk.by_rows[mr_eff] : uk.fn;
-            if (nr_eff == NR && (mr_eff == MR || uk.by_rows)) {
-              rows_fn(kc, ap, bp, c, ldc, args);
-              if (tile_hook) {
-                for (int r = 0; r < mr_eff; ++r)
-                  (*tile_hook)(c + r * ldc, (b * p.M + i + r) * p.N + j, NR);
-              }
-            } else {
-              const UkArgs plain{0.f, nullptr, nullptr, Activation::None};
-              rows_fn(kc, ap, bp, tmp, NR, plain);
-              for (int r = 0; r < mr_eff; ++r) {
-                float* cr = c + r * ldc;
-                const float* t = tmp + r * NR;
-                for (int q = 0; q < nr_eff; ++q) {
-                  float v = t[q];
-                  if (args.beta != 0.f) v += args.beta * cr[q];
-                  if (args.brow) v += args.brow[r];
-                  if (args.bcol) v += args.bcol[q];
-                  cr[q] = activate(v, args.act);
-                }
-                if (tile_hook) (*tile_hook)(cr, (b * p.M + i + r) * p.N + j, nr_eff);
-              }
-            }
-          }
-        }
+        tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * NR);
       }
     }
   }

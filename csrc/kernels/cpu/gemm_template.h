@@ -452,44 +452,58 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
   const int64_t nkb = (K + kKC - 1) / kKC;
   const int64_t kc_blk = ((K + nkb - 1) / nkb + 7) / 8 * 8;
 
+  // The tiles of one (column block, row block, K block): Ap packed rows, Bp the block's first
+  // panel, panel q at Bp + q * panel_stride.
+  auto tiles = [&](int64_t jc, int64_t nc, int64_t ic, int64_t mc, int64_t pc, int64_t kc,
+                   const float* Ap, const float* Bp, int64_t panel_stride) {
+    const bool first = pc == 0, last = pc + kc == K;
+    for (int64_t ir = 0; ir < mc; ir += kMR) {
+      const int64_t i = ic + ir;
+      const int mr = static_cast<int>(std::min<int64_t>(kMR, mc - ir));
+      const float* ap = Ap + ir * kc;
+      for (int64_t jr = 0; jr < nc; jr += kNR) {
+        const int64_t j = jc + jr;
+        const int nr = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
+        const float* bp = Bp + (jr / kNR) * panel_stride;
+        const Pass ps{first, last, p.beta, p.brow ? p.brow + i : nullptr,
+                      p.bcol ? p.bcol + j : nullptr};
+        float* c = C + i * ldc + j;
+        const int64_t start = (b * p.M + i) * N + j;
+        if (mr == kMR && nr == kNR) {
+          tile_full<kMR>(kc, ap, bp, c, ldc, ps, epi, start, N);
+        } else {
+          tile_any(kc, ap, bp, c, ldc, mr, nr, ps, epi, start, N);
+        }
+      }
+    }
+  };
+  if (p.Bpk) {
+    // B needs no packing: pack each block of A once and sweep it across all of this task's
+    // columns, rather than packing it again for every column block.
+    for (int64_t pc = 0; pc < K; pc += kc_blk) {
+      const int64_t kc = std::min(kc_blk, K - pc);
+      for (int64_t ic = m0; ic < m1; ic += kMC) {
+        const int64_t mc = std::min(kMC, m1 - ic);
+        float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
+        pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
+        for (int64_t jc = n0; jc < n1; jc += kNC)
+          tiles(jc, std::min(kNC, n1 - jc), ic, mc, pc, kc, Ap, p.Bpk + (jc / kNR) * K * kNR + pc * kNR, K * kNR);
+      }
+    }
+    return;
+  }
   for (int64_t jc = n0; jc < n1; jc += kNC) {
     const int64_t nc = std::min(kNC, n1 - jc);
     const int64_t nc_pad = (nc + kNR - 1) / kNR * kNR;
     for (int64_t pc = 0; pc < K; pc += kc_blk) {
       const int64_t kc = std::min(kc_blk, K - pc);
-      const bool first = pc == 0, last = pc + kc == K;
-      // Panel q of this (jc, pc) block starts at Bp + q * panel_stride.
-      const float* Bp = p.Bpk ? p.Bpk + (jc / kNR) * K * kNR + pc * kNR : nullptr;
-      const int64_t panel_stride = p.Bpk ? K * kNR : kc * kNR;
-      if (!p.Bpk) {
-        float* buf = scratch_b(static_cast<size_t>(nc_pad * kc));
-        pack_b(B, pc, kc, jc, nc, buf);
-        Bp = buf;
-      }
+      float* Bp = scratch_b(static_cast<size_t>(nc_pad * kc));
+      pack_b(B, pc, kc, jc, nc, Bp);
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
-        const int64_t mc_pad = (mc + kMR - 1) / kMR * kMR;
-        float* Ap = scratch_a(static_cast<size_t>(mc_pad * kc));
+        float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
         pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
-        for (int64_t ir = 0; ir < mc; ir += kMR) {
-          const int64_t i = ic + ir;
-          const int mr = static_cast<int>(std::min<int64_t>(kMR, mc - ir));
-          const float* ap = Ap + ir * kc;
-          for (int64_t jr = 0; jr < nc; jr += kNR) {
-            const int64_t j = jc + jr;
-            const int nr = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
-            const float* bp = Bp + (jr / kNR) * panel_stride;
-            const Pass ps{first, last, p.beta, p.brow ? p.brow + i : nullptr,
-                          p.bcol ? p.bcol + j : nullptr};
-            float* c = C + i * ldc + j;
-            const int64_t start = (b * p.M + i) * N + j;
-            if (mr == kMR && nr == kNR) {
-              tile_full<kMR>(kc, ap, bp, c, ldc, ps, epi, start, N);
-            } else {
-              tile_any(kc, ap, bp, c, ldc, mr, nr, ps, epi, start, N);
-            }
-          }
-        }
+        tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * kNR);
       }
     }
   }
