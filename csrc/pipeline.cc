@@ -177,7 +177,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       rec.detail = std::to_string(n) + " no-ops removed";
     });
   }
-  if (!env_on("DNNFUSION_NO_GEMM_PACK")) {  // the env switch is for measuring what packing buys
+  if (opts.pack_gemm_weights && !env_on("DNNFUSION_NO_GEMM_PACK")) {
     run_pass("pack_gemm_weights", [&](PassRecord& rec) {
       int n = 0;
       g = layout::pack_gemm_weights(g, &n);

@@ -24,6 +24,9 @@ struct CompileOptions {
   enum class Layout { Global, Local, ConvsOnly, Off } layout = Layout::Global;
   bool tune = false;       // measure conv candidates the tuning database lacks (progress bar)
   std::string tuning_db = "<default>";  // path; "" = no database (heuristic knobs, nothing measured)
+  // mm/addmm with a compile-time weight read it packed once (layout/pack_gemm_weights); false:
+  // packed on every call (ablation). DNNFUSION_NO_GEMM_PACK=1 also turns it off.
+  bool pack_gemm_weights = true;
 };
 // Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::Error naming the valid ones.
 CompileOptions::Layout parse_layout_mode(const std::string& s);

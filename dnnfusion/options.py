@@ -14,6 +14,8 @@ VALID_OPTIONS = {
     "tune": "bool: measure the convolution candidates the tuning database lacks and store them (default False)",
     "tuning_db": "str: tuning database file (default $DNNFUSION_TUNING_DB or ~/.cache/dnnfusion/tuning_db.txt); "
                  "'' = none (heuristic kernel knobs)",
+    "pack_gemm_weights": "bool: pack linear-layer weights into the GEMM micro-kernel's panels once at compile time "
+                         "(default True; False packs them on every call, for measuring what packing buys)",
     "prune": "float in (0, 1) or None: AukC channel pruning of that fraction at compile time, calibrated on the "
              "example inputs (default None: off)",
 }
@@ -30,6 +32,7 @@ class Options:
     layout: str = "global"
     tune: bool = False
     tuning_db: str = "<default>"
+    pack_gemm_weights: bool = True
     prune: float = None  # None: no compile-time pruning
 
 
@@ -62,6 +65,9 @@ def parse_options(options) -> Options:
     tuning_db = options.get("tuning_db", "<default>")
     if not isinstance(tuning_db, str):
         raise ValueError(f"dnnfusion: option 'tuning_db' must be a file path (str), got {tuning_db!r}")
+    pack = options.get("pack_gemm_weights", True)
+    if not isinstance(pack, bool):
+        raise ValueError(f"dnnfusion: option 'pack_gemm_weights' must be True or False, got {pack!r}")
     prune = options.get("prune", None)
     if prune is not None:
         if isinstance(prune, bool) or not isinstance(prune, numbers.Real) or not 0.0 < prune < 1.0:
@@ -69,4 +75,4 @@ def parse_options(options) -> Options:
                              f"removed) or None, got {prune!r}")
         prune = float(prune)
     return Options(threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
-                   prune=prune)
+                   pack_gemm_weights=pack, prune=prune)

@@ -112,7 +112,7 @@ std::shared_ptr<Region> get_region(int64_t h) {
 
 int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<int64_t>>& out_strides,
                        const std::string& fusion, bool profile, const std::string& layout, bool tune,
-                       const std::string& tuning_db) {
+                       const std::string& tuning_db, bool pack_gemm_weights) {
   auto r = std::make_shared<Region>();
   r->keep_alive = pg.keep_alive;
   r->out_strides = out_strides;
@@ -123,6 +123,7 @@ int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<i
   opts.layout = parse_layout_mode(layout);
   opts.tune = tune;
   opts.tuning_db = tuning_db;
+  opts.pack_gemm_weights = pack_gemm_weights;
   r->compiled = compile_graph(pg.g, opts);
   int64_t h = g_next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lk(g_regions_mu);
@@ -357,7 +358,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("compile", &compile_region, py::arg("graph"), py::arg("threads") = 0,
         py::arg("out_strides") = std::vector<std::vector<int64_t>>{}, py::arg("fusion") = "dnnfusion",
         py::arg("profile") = true, py::arg("layout") = "global", py::arg("tune") = false,
-        py::arg("tuning_db") = "<default>");
+        py::arg("tuning_db") = "<default>", py::arg("pack_gemm_weights") = true);
   m.def("release", [](int64_t h) {
     std::lock_guard<std::mutex> lk(g_regions_mu);
     g_regions.erase(h);

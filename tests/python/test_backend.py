@@ -77,6 +77,21 @@ def test_unknown_option_lists_valid_ones():
     assert isinstance(ei.value, ValueError) or "ValueError" in msg
 
 
+def test_linear_weights_are_packed_once_unless_switched_off():
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(24, 40), nn.GELU(), nn.Linear(40, 7)).eval()
+    x = torch.randn(5, 24)
+    for pack in (True, False):
+        rep = dnnfusion.explain(m, x, options={"pack_gemm_weights": pack}, compare_modes=False)
+        packed = sum(r.get("gemms_packed", 0) for r in rep.regions)
+        assert packed == (2 if pack else 0)
+        assert "GEMM weights packed at compile : " + str(packed) in str(rep)
+        torch._dynamo.reset()
+        torch.testing.assert_close(compiled_run(m, x, options={"pack_gemm_weights": pack}), m(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="pack_gemm_weights"):
+        dnnfusion.options.parse_options({"pack_gemm_weights": "yes"})
+
+
 @pytest.mark.parametrize("bad", [0, -2, "4", 2.5, True])
 def test_bad_thread_count_is_rejected(bad):
     with pytest.raises(ValueError, match="threads"):
