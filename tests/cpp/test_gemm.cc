@@ -3,6 +3,7 @@
 // operands, every epilogue, beta accumulation, K == 0, batched, and untouched memory around C.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -256,9 +257,13 @@ TEST(Gemm, PackedWeightsMatchReference) {
       ep.beta = 0.f;
       std::vector<float> C(static_cast<size_t>(M * N), std::numeric_limits<float>::quiet_NaN()), R = C;
       reference::ref_sgemm(M, N, K, A.view, B.view, R.data(), N, ep);
-      kernels::sgemm_packed_b(M, N, K, A.view, packed.get(), nr, C.data(), N, ep,
-                              t % 2 ? serial : static_cast<const kernels::Parallel&>(threads));
-      EXPECT_TRUE(testing::all_close(C.data(), R.data(), C.size()));
+      // Serial, and two threads (one shared packed A, columns handed out in chunks).
+      for (const kernels::Parallel* par : {static_cast<const kernels::Parallel*>(&serial),
+                                           static_cast<const kernels::Parallel*>(&threads)}) {
+        std::fill(C.begin(), C.end(), std::numeric_limits<float>::quiet_NaN());
+        kernels::sgemm_packed_b(M, N, K, A.view, packed.get(), nr, C.data(), N, ep, *par);
+        EXPECT_TRUE(testing::all_close(C.data(), R.data(), C.size())) << par->num_threads() << " threads";
+      }
     }
   }
 }
