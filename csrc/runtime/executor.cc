@@ -48,6 +48,8 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
   stats_.blocks = program.blocks;
   const char* prof = std::getenv("DNNFUSION_STEP_PROFILE");
   profile_steps_ = prof && *prof && std::strcmp(prof, "0") != 0;
+  // DNNFUSION_STEP_PROFILE=1: the 30 slowest steps; a larger number: that many.
+  profile_top_ = profile_steps_ ? std::max(30, std::atoi(prof)) : 0;
   const int nv = static_cast<int>(g.values().size());
   loc_.assign(static_cast<size_t>(nv), Loc{});
   std::vector<int> root(static_cast<size_t>(nv));
@@ -184,9 +186,11 @@ Executable::~Executable() {
     std::sort(t.begin(), t.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     std::fprintf(stderr, "[dnnfusion] step profile: %lld calls, %.3f ms per call, %zu steps\n",
                  static_cast<long long>(calls_), total / 1e6 / static_cast<double>(calls_), t.size());
-    for (size_t i = 0; i < t.size() && i < 30; ++i) {
+    for (size_t i = 0; i < t.size() && i < static_cast<size_t>(profile_top_); ++i) {
       const Step& s = t[i].second->step;
       std::string label = s.label.empty() && s.node >= 0 ? graph_.describe_node(s.node) : s.label;
+      // What the step produced, so equal labels (every conv2d_nchwc) can be told apart.
+      if (!s.writes.empty() && s.writes[0] >= 0) label += " -> " + ecg::shape_str(graph_.value(s.writes[0]).shape);
       std::fprintf(stderr, "  %8.3f ms %5.1f%%  %s\n", t[i].first / 1e6 / static_cast<double>(calls_),
                    100.0 * t[i].first / std::max(total, 1.0), label.c_str());
     }

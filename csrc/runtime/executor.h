@@ -77,6 +77,7 @@ class Executable {
   ExecStats stats_;
   std::mutex run_mu_;
   bool profile_steps_ = false;  // $DNNFUSION_STEP_PROFILE: time each step, print the top ones at exit
+  int profile_top_ = 0;
   int64_t calls_ = 0;
   void* arena_ = nullptr;
   size_t arena_size_ = 0;

@@ -109,6 +109,8 @@ TEST(Reduction, FastPathShapes) {
       {{1, 200001}, {1}},             // one long row: split into fixed blocks
       {{3, 70001}, {1}},              // few long rows
       {{2000, 3}, {0}},               // tall and thin
+      {{1, 3, 112, 112, 32}, {2, 3}}, // global pool of NCHW32c: few [R][I] groups, rows split
+      {{1, 1, 5000, 2000}, {2}},      // [R][I] with I past one inner tile, rows split
   };
   for (const auto& c : cases)
     for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max, ReduceOp::Min, ReduceOp::Var}) {
@@ -186,6 +188,11 @@ TEST(Reduction, LongSumAccurateAndThreadIndependent) {
   reduce(ReduceOp::Sum, {n}, {0}, x.data(), DType::Float32, &s2, DType::Float32, 0, kTwo);
   EXPECT_NEAR(s1, exact, 1e-6 * exact);
   EXPECT_EQ(s1, s2);
+  // The same for a split [R][I] column reduction (global pool of a channel-blocked tensor).
+  std::vector<float> c1(16), c2(16);
+  reduce(ReduceOp::Sum, {1, n / 16, 16}, {1}, x.data(), DType::Float32, c1.data(), DType::Float32, 0, kSerial);
+  reduce(ReduceOp::Sum, {1, n / 16, 16}, {1}, x.data(), DType::Float32, c2.data(), DType::Float32, 0, kTwo);
+  EXPECT_EQ(c1, c2);
   double mean = 0;
   reduce(ReduceOp::Mean, {1, n}, {1}, x.data(), DType::Float32, &mean, DType::Float64, 0, kTwo);
   EXPECT_NEAR(mean, exact / n, 1e-12);

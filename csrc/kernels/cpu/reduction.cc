@@ -176,7 +176,34 @@ void reduce_ORI(const C& c, const In* x, int64_t O, int64_t R, int64_t I, typena
     return;
   }
   const int64_t tiles = (I + kInnerTile - 1) / kInnerTile;
-  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(R * std::min(I, kInnerTile), 1));
+  const int64_t width = std::min(I, kInnerTile);
+  // Few output rows over a long reduced axis (a global pool over a channel-blocked [1, C/x, H, W, x]
+  // tensor is O = C/x, I = x): fixed blocks of rows in parallel, merged in block order. The split
+  // depends on the shape only, so results do not depend on the thread count.
+  const int64_t rblk = std::max<int64_t>(64, 16384 / width), nrb = (R + rblk - 1) / rblk;
+  if (O * tiles < 8 && nrb > 1) {
+    // (not std::vector: Acc may be bool)
+    std::unique_ptr<Acc[]> part(new Acc[static_cast<size_t>(O * tiles * nrb * width)]);
+    par.parallel_for(O * tiles * nrb, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = b; t < e; ++t) {
+        const int64_t ot = t / nrb, k = t % nrb, o = ot / tiles, i0 = (ot % tiles) * kInnerTile;
+        const int64_t s = k * rblk;
+        col_reduce<In>(c, x + (o * R + s) * I + i0, std::min(rblk, R - s), std::min(kInnerTile, I - i0), I,
+                       part.get() + t * width);
+      }
+    });
+    for (int64_t ot = 0; ot < O * tiles; ++ot) {
+      const int64_t o = ot / tiles, i0 = (ot % tiles) * kInnerTile, n = std::min(kInnerTile, I - i0);
+      const Acc* pp = part.get() + ot * nrb * width;
+      for (int64_t i = 0; i < n; ++i) {
+        Acc a = pp[i];
+        for (int64_t k = 1; k < nrb; ++k) a = C::merge(a, pp[k * width + i]);
+        out[o * I + i0 + i] = a;
+      }
+    }
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(R * width, 1));
   auto body = [&](int64_t b, int64_t e) {
     for (int64_t t = b; t < e; ++t) {
       const int64_t o = t / tiles, i0 = (t % tiles) * kInnerTile, n = std::min(kInnerTile, I - i0);
