@@ -75,6 +75,27 @@ CASES = [
 ]
 
 
+def test_sigmoid_and_silu_keep_torchs_special_values():
+    # Generated code computes both with a range-limited exp: the ends of the range must still give
+    # torch's results (0 / -0 / NaN at -inf, 1 / x at +inf, NaN through).
+    x = torch.tensor([-float("inf"), -200.0, -100.0, -88.0, -87.5, -87.0, -20.0, -1.0, -1e-30, 0.0, 1e-30, 1.0,
+                      20.0, 87.0, 88.0, 100.0, float("inf"), float("nan")])
+
+    def f(t):  # each a two-op chain, so it is generated code (a lone op runs the library kernel)
+        return torch.sigmoid(t * 2.0), F.silu(t * 2.0), (t * 2.0) * torch.sigmoid(t * 2.0)
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        rep = dnnfusion.explain(f, x / 2, compare_modes=False)
+    assert "-> loop" in str(rep)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(f, backend="dnnfusion", dynamic=False)(x / 2)
+    for a, b in zip(got, f(x / 2)):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-30, equal_nan=True)
+        assert torch.equal(torch.isnan(a), torch.isnan(b)) and torch.equal(torch.isinf(a), torch.isinf(b))
+
+
 @pytest.mark.parametrize("name,fn,inputs,must_run", CASES, ids=[c[0] for c in CASES])
 def test_op_runs_in_core_and_matches_eager(name, fn, inputs, must_run):
     compiled = torch.compile(fn, backend="dnnfusion", dynamic=False)
