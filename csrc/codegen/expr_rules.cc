@@ -169,10 +169,9 @@ struct dnnf_parallel {
 };
 }
 namespace {
-// exp by range reduction (x = k ln2 + r) and a degree-6 polynomial: branch-free so loops that call
-// it vectorize; ~1 ulp on [-87, 88], exact 0 / inf beyond, NaN propagates.
-inline float dnnf_exp(float x) {
-  const float xc = x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x);
+// exp by range reduction (x = k ln2 + r) and a degree-6 polynomial, for xc already in [-87, 88]:
+// branch-free so loops that call it vectorize; ~1 ulp.
+inline float dnnf_exp_poly(float xc) {
   const float k = __builtin_rintf(xc * 1.44269504088896341f);
   float r = xc - k * 0.693359375f;
   r = r + k * 2.12194440e-4f;
@@ -186,28 +185,19 @@ inline float dnnf_exp(float x) {
   int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
-  const float res = p * scale;
+  return p * scale;
+}
+// exp: ~1 ulp on [-87, 88], exact 0 / inf beyond, NaN propagates.
+inline float dnnf_exp(float x) {
+  const float res = dnnf_exp_poly(x > 88.0f ? 88.0f : (x < -87.0f ? -87.0f : x));
   return x > 88.72283f ? __builtin_inff() : (x < -103.9f ? 0.f : (x < -87.0f ? 0.f : res));
 }
 // exp for 1 / (1 + exp(.)): inf above 87 (so silu(-inf) stays NaN and silu(-200) -0, as in torch),
 // the input clamped at -87 below (exp(-87) and exp(-inf) give the same 1 + exp), and NaN
 // propagates; one select instead of dnnf_exp's range handling.
 inline float dnnf_exp_clamped(float x) {
-  const float xc = x > 87.0f ? 87.0f : (x < -87.0f ? -87.0f : x);
-  const float k = __builtin_rintf(xc * 1.44269504088896341f);
-  float r = xc - k * 0.693359375f;
-  r = r + k * 2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x > 87.0f ? __builtin_inff() : p * scale;
+  const float res = dnnf_exp_poly(x > 87.0f ? 87.0f : (x < -87.0f ? -87.0f : x));
+  return x > 87.0f ? __builtin_inff() : res;
 }
 inline float dnnf_tanh(float x) {
   const float ax = __builtin_fabsf(x);
