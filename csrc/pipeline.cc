@@ -177,7 +177,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       rec.detail = std::to_string(n) + " no-ops removed";
     });
   }
-  if (opts.pack_gemm_weights && !env_on("DNNFUSION_NO_GEMM_PACK")) {
+  if (opts.pack_gemm_weights) {
     run_pass("pack_gemm_weights", [&](PassRecord& rec) {
       int n = 0;
       g = layout::pack_gemm_weights(g, &n);

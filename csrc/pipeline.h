@@ -25,7 +25,7 @@ struct CompileOptions {
   bool tune = false;       // measure conv candidates the tuning database lacks (progress bar)
   std::string tuning_db = "<default>";  // path; "" = no database (heuristic knobs, nothing measured)
   // mm/addmm with a compile-time weight read it packed once (layout/pack_gemm_weights); false:
-  // packed on every call (ablation). DNNFUSION_NO_GEMM_PACK=1 also turns it off.
+  // packed on every call (ablation; Python option pack_gemm_weights=False).
   bool pack_gemm_weights = true;
 };
 // Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::Error naming the valid ones.

@@ -576,6 +576,13 @@ std::string ptr(const GemmOperand& o) {
   return "static_cast<const float*>(p[" + std::to_string(o.arg) + "]) + " + std::to_string(o.offset);
 }
 
+// The template's (bias, bias_mode) arguments: the per-column bias in pointer-table slot bias_arg,
+// or none when bias_arg < 0.
+std::string bias_args(int bias_arg) {
+  if (bias_arg < 0) return "nullptr, dnnf_gemm::kNoBias";
+  return "static_cast<const float*>(p[" + std::to_string(bias_arg) + "]), dnnf_gemm::kBiasPerCol";
+}
+
 // The text of a template GEMM function up to its call: the epilogue's body again, as an
 // always-inlined static function (the micro-kernel's store loop must see it: an out-of-line call
 // per tile row costs up to 10% on short-K GEMMs), its functor, and the function's head.
@@ -608,9 +615,8 @@ std::string emit_template_packed_gemm(const Graph& g, const Node& dn, const std:
      << ", " << A.cs << "},\n"
      << "                  static_cast<const float*>(p[" << b_arg << "]), static_cast<float*>(const_cast<void*>(p["
      << c_arg << "])), " << N << ",\n"
-     << "                  " << (bias_arg >= 0 ? "static_cast<const float*>(p[" + std::to_string(bias_arg) + "])" : std::string("nullptr"))
-     << ", " << (bias_arg >= 0 ? "dnnf_gemm::kBiasPerCol" : "dnnf_gemm::kNoBias") << ", "
-     << float_literal(dn.attr_float("alpha", 1.0)) << ", FN_epilogue{p}, par);\n}\n";
+     << "                  " << bias_args(bias_arg) << ", " << float_literal(dn.attr_float("alpha", 1.0))
+     << ", FN_epilogue{p}, par);\n}\n";
   return add_named_function(fn.str(), functions);
 }
 
@@ -647,9 +653,7 @@ std::string emit_template_gemm(const Graph& g, const Node& dn, const std::vector
      << "                  dnnf_gemm::Mat{" << ptr(A) << ", " << A.rs << ", " << A.cs << "}, " << A.batch_stride << ",\n"
      << "                  dnnf_gemm::Mat{" << ptr(B) << ", " << B.rs << ", " << B.cs << "}, " << B.batch_stride << ",\n"
      << "                  static_cast<float*>(const_cast<void*>(p[" << c_arg << "])), " << N << ", " << M * N << ",\n"
-     << "                  " << (bias_arg >= 0 ? "static_cast<const float*>(p[" + std::to_string(bias_arg) + "])" : std::string("nullptr"))
-     << ", " << (bias_arg >= 0 ? "dnnf_gemm::kBiasPerCol" : "dnnf_gemm::kNoBias") << ", " << float_literal(alpha)
-     << ", 0.f, FN_epilogue{p}, par);\n}\n";
+     << "                  " << bias_args(bias_arg) << ", " << float_literal(alpha) << ", 0.f, FN_epilogue{p}, par);\n}\n";
   return add_named_function(fn.str(), functions);
 }
 

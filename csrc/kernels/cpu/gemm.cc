@@ -234,8 +234,11 @@ void epilogue_only(const BatchedProblem& p, const GemmEpilogue& ep, const Parall
                    });
 }
 
+// Operands given by pointer and strides; B either strided (packed per call) or, when Bpk is set,
+// already packed whole by sgemm_pack_b (batch 1).
 struct StridedProblem final : BatchedProblem {
   MatrixView A, B;
+  const float* Bpk = nullptr;
   int64_t sa = 0, sb = 0, sc = 0;
   float* C = nullptr;
   const float* bias_ptr = nullptr;
@@ -244,9 +247,31 @@ struct StridedProblem final : BatchedProblem {
               float* dst) const override {
     pack_b_strided({B.data + b * sb, B.rs, B.cs}, k0, kc, j0, nc, nr, dst);
   }
+  const float* packed_b(int64_t) const override { return Bpk; }
   float* c(int64_t b) const override { return C + b * sc; }
   const float* bias(int64_t) const override { return bias_ptr; }
 };
+
+StridedProblem strided_problem(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A,
+                               int64_t strideA, MatrixView B, int64_t strideB, float* C,
+                               int64_t ldc, int64_t strideC, const GemmEpilogue& ep) {
+  DNNF_CHECK(ep.bias_mode == GemmEpilogue::Bias::None || ep.bias != nullptr,
+             "sgemm: bias mode set but bias is null");
+  StridedProblem p;
+  p.batch = batch;
+  p.M = M;
+  p.N = N;
+  p.K = K;
+  p.ldc = ldc;
+  p.A = A;
+  p.B = B;
+  p.sa = strideA;
+  p.sb = strideB;
+  p.sc = strideC;
+  p.C = C;
+  p.bias_ptr = ep.bias;
+  return p;
+}
 
 // Row-major B: stream each source row once, left to right, dealing it out to the panels.
 // (Panel-by-panel would revisit kc distant rows per panel, defeating the prefetcher.) NR is a
@@ -358,19 +383,6 @@ void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par,
   }
 }
 
-struct PrepackedProblem final : BatchedProblem {
-  MatrixView A;
-  const float* Bpk = nullptr;
-  float* C = nullptr;
-  const float* bias_ptr = nullptr;
-  MatrixView a(int64_t) const override { return A; }
-  void pack_b(int64_t, int64_t, int64_t, int64_t, int64_t, int, float*) const override {
-    DNNF_THROW("sgemm_packed_b: B is packed already");
-  }
-  const float* packed_b(int64_t) const override { return Bpk; }
-  float* c(int64_t) const override { return C; }
-  const float* bias(int64_t) const override { return bias_ptr; }
-};
 
 }  // namespace gemm_detail
 
@@ -394,19 +406,11 @@ void sgemm_packed_b(int64_t M, int64_t N, int64_t K, MatrixView A, const float* 
                     const ElementHook* epilogue) {
   DNNF_CHECK(nr == sgemm_panel_width(), "sgemm_packed_b: B was packed for panel width ", nr,
              " but this CPU's micro-kernel uses ", sgemm_panel_width(), " (pack it again)");
-  DNNF_CHECK(ep.bias_mode == GemmEpilogue::Bias::None || ep.bias != nullptr,
-             "sgemm: bias mode set but bias is null");
   DNNF_CHECK(K == 0 || N == 0 || (Bpacked != nullptr && reinterpret_cast<uintptr_t>(Bpacked) % 64 == 0),
              "sgemm_packed_b: packed B must be a 64-byte aligned pointer");
-  gemm_detail::PrepackedProblem p;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.ldc = ldc;
-  p.A = A;
+  gemm_detail::StridedProblem p =
+      gemm_detail::strided_problem(1, M, N, K, A, 0, {nullptr, 0, 0}, 0, C, ldc, 0, ep);
   p.Bpk = Bpacked;
-  p.C = C;
-  p.bias_ptr = ep.bias;
   gemm_detail::run(p, ep, par, epilogue);
 }
 
@@ -414,21 +418,8 @@ void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A,
                    MatrixView B, int64_t strideB, float* C, int64_t ldc, int64_t strideC,
                    const GemmEpilogue& ep, const Parallel& par,
                    const ElementHook* epilogue) {
-  DNNF_CHECK(ep.bias_mode == GemmEpilogue::Bias::None || ep.bias != nullptr,
-             "sgemm: bias mode set but bias is null");
-  gemm_detail::StridedProblem p;
-  p.batch = batch;
-  p.M = M;
-  p.N = N;
-  p.K = K;
-  p.ldc = ldc;
-  p.A = A;
-  p.B = B;
-  p.sa = strideA;
-  p.sb = strideB;
-  p.sc = strideC;
-  p.C = C;
-  p.bias_ptr = ep.bias;
+  const gemm_detail::StridedProblem p = gemm_detail::strided_problem(
+      batch, M, N, K, A, strideA, B, strideB, C, ldc, strideC, ep);
   gemm_detail::run(p, ep, par, epilogue);
 }
 
