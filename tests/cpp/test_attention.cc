@@ -1,4 +1,5 @@
-// sdpa against the plain reference on every ISA the CPU has, serial and two threads: plain,
+// sdpa against the plain reference on every ISA the CPU has (AVX-512 runs its own row softmax),
+// serial and two threads: plain,
 // float masks (full and broadcast), bool masks, causal (square and Lq != Lk), combined,
 // non-contiguous (transposed-head) q/k/v, fully masked rows, logsumexp output.
 #include <gtest/gtest.h>
@@ -108,6 +109,8 @@ TEST(Attention, MatchesReference) {
       {2, 1, 20, 45, 12, 12, MaskKind::None, true, false},   // causal with Lq < Lk (top-left)
       {1, 2, 45, 20, 12, 12, MaskKind::Float, true, true},   // causal with Lq > Lk
       {3, 2, 129, 129, 64, 64, MaskKind::Bool, true, true},
+      {1, 4, 300, 37, 16, 16, MaskKind::Float, true, true},  // 2 threads: 256-row blocks, a tail
+      {2, 3, 128, 128, 64, 64, MaskKind::None, false, true},  // bert-like: one block per head
   };
   for (kernels::Isa isa : testing::isas_to_test()) {
     testing::IsaGuard guard(isa);
@@ -129,26 +132,30 @@ TEST(Attention, FullyMaskedRowsAreZeroLikeSafeSoftmax) {
   // PyTorch >= 2.5 math path (_safe_softmax): an all -inf row has probability 0, so out = 0 and
   // logsumexp = -inf; other rows are unaffected.
   SerialParallel serial;
-  const int64_t L = 4, D = 3;
-  std::vector<float> q(L * D, 0.5f), k(L * D, 0.25f), v(L * D);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
-  std::vector<unsigned char> m(L * L, 1);
-  for (int64_t j = 0; j < L; ++j) m[2 * L + j] = 0;  // row 2 masked out entirely
-  const Tensor4 t4q{q.data(), 0, 0, D, 1}, t4k{k.data(), 0, 0, D, 1}, t4v{v.data(), 0, 0, D, 1};
-  std::vector<float> out(L * D, 777.f), lse(L, 777.f);
-  AlignedScratch scratch(kernels::sdpa_scratch_bytes(L, L, 1));
-  kernels::sdpa(1, 1, L, L, D, D, t4q, t4k, t4v, {m.data(), true, 0, 0, L, 1}, false, 1.f,
-                out.data(), lse.data(), scratch.ptr, serial);
-  for (int64_t d = 0; d < D; ++d) EXPECT_EQ(out[2 * D + d], 0.f);
-  EXPECT_EQ(lse[2], -std::numeric_limits<float>::infinity());
-  // Equal scores: uniform average of v rows.
-  for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(out[0 * D + d], (0 + 3 + 6 + 9) / 4.f + d, 1e-5);
-  EXPECT_NEAR(lse[0], 0.5f * 0.25f * 3 + std::log(4.f), 1e-5);
-  // A NaN score propagates to its whole row.
-  k[1 * D] = std::numeric_limits<float>::quiet_NaN();
-  kernels::sdpa(1, 1, L, L, D, D, t4q, t4k, t4v, {}, false, 1.f, out.data(), lse.data(),
-                scratch.ptr, serial);
-  EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[D - 1]) && std::isnan(lse[0]));
+  for (kernels::Isa isa : testing::isas_to_test()) {
+    testing::IsaGuard guard(isa);
+    SCOPED_TRACE(kernels::isa_name(isa));
+    const int64_t L = 4, D = 3;
+    std::vector<float> q(L * D, 0.5f), k(L * D, 0.25f), v(L * D);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
+    std::vector<unsigned char> m(L * L, 1);
+    for (int64_t j = 0; j < L; ++j) m[2 * L + j] = 0;  // row 2 masked out entirely
+    const Tensor4 t4q{q.data(), 0, 0, D, 1}, t4k{k.data(), 0, 0, D, 1}, t4v{v.data(), 0, 0, D, 1};
+    std::vector<float> out(L * D, 777.f), lse(L, 777.f);
+    AlignedScratch scratch(kernels::sdpa_scratch_bytes(L, L, 1));
+    kernels::sdpa(1, 1, L, L, D, D, t4q, t4k, t4v, {m.data(), true, 0, 0, L, 1}, false, 1.f,
+                  out.data(), lse.data(), scratch.ptr, serial);
+    for (int64_t d = 0; d < D; ++d) EXPECT_EQ(out[2 * D + d], 0.f);
+    EXPECT_EQ(lse[2], -std::numeric_limits<float>::infinity());
+    // Equal scores: uniform average of v rows.
+    for (int64_t d = 0; d < D; ++d) EXPECT_NEAR(out[0 * D + d], (0 + 3 + 6 + 9) / 4.f + d, 1e-5);
+    EXPECT_NEAR(lse[0], 0.5f * 0.25f * 3 + std::log(4.f), 1e-5);
+    // A NaN score propagates to its whole row.
+    k[1 * D] = std::numeric_limits<float>::quiet_NaN();
+    kernels::sdpa(1, 1, L, L, D, D, t4q, t4k, t4v, {}, false, 1.f, out.data(), lse.data(),
+                  scratch.ptr, serial);
+    EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[D - 1]) && std::isnan(lse[0]));
+  }
 }
 
 TEST(Attention, EmptyKeysGiveZeros) {

@@ -1,4 +1,5 @@
-// sdpa: per (batch, head, query block) two sgemm calls around an in-place masked softmax.
+// sdpa: per (batch, head, query block) two sgemm calls around an in-place masked softmax (the
+// row softmax in AVX-512 when the CPU has it, attention_avx512.cc; else the portable loop here).
 // See attention.h for the contract.
 #include "kernels/cpu/attention.h"
 
@@ -8,15 +9,24 @@
 #include <limits>
 
 #include "common/error.h"
+#include "kernels/cpu/attention_rows.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 
 namespace dnnfusion::kernels {
 namespace {
 
-constexpr int64_t kQueryBlock = 64;
+// Query rows per task: with at least two heads per thread a task takes up to kQueryBlockMax
+// rows, so K is packed once for a whole head of a 128-256 token sequence; with fewer heads,
+// kQueryBlock rows, so the threads still have several tasks each to share.
+constexpr int64_t kQueryBlock = 64, kQueryBlockMax = 256;
 
-int64_t slot_floats(int64_t Lq, int64_t Lk) {
-  const int64_t rows = std::min(std::max<int64_t>(Lq, 1), kQueryBlock);
+int64_t query_block(int64_t Bt, int64_t H, int num_threads) {
+  return Bt * H >= 2 * std::max(1, num_threads) ? kQueryBlockMax : kQueryBlock;
+}
+
+int64_t slot_floats(int64_t Lq, int64_t Lk, int64_t qblock) {
+  const int64_t rows = std::min(std::max<int64_t>(Lq, 1), qblock);
   return (rows * std::max<int64_t>(Lk, 1) + 15) / 16 * 16;  // keep every slot 64-byte aligned
 }
 
@@ -80,6 +90,7 @@ void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows,
           {t.k.data + b * t.k.s0 + h * t.k.s1, t.k.s3, t.k.s2}, S, Lk, ep, serial);
   }
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  const bool avx512 = active_isa() == Isa::Avx512;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     float* s = S + r * Lk;
@@ -96,6 +107,11 @@ void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows,
     }
     if (t.causal)
       for (int64_t j = std::max<int64_t>(i + 1, 0); j < Lk; ++j) s[j] = kNegInf;
+    if (avx512 && Lk > 0) {
+      const float row_lse = attention_detail::softmax_row_avx512(s, Lk);
+      if (t.lse) t.lse[(b * t.H + h) * t.Lq + i] = row_lse;
+      continue;
+    }
     // Reductions in 8 explicit lanes: without -ffast-math the compiler may not reassociate a
     // single float accumulator, and a scalar loop here would cost more than both GEMMs.
     float lane_max[8], lane_sum[8];
@@ -152,8 +168,9 @@ void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows,
 }  // namespace
 
 size_t sdpa_scratch_bytes(int64_t Lq, int64_t Lk, int num_threads) {
+  // Sized for the larger query block: the head count is not known here.
   return static_cast<size_t>(std::max(1, num_threads)) *
-         static_cast<size_t>(slot_floats(Lq, Lk)) * sizeof(float);
+         static_cast<size_t>(slot_floats(Lq, Lk, kQueryBlockMax)) * sizeof(float);
 }
 
 void sdpa(int64_t Bt, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, Tensor4 q,
@@ -162,7 +179,8 @@ void sdpa(int64_t Bt, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, 
   DNNF_CHECK(Bt >= 0 && H >= 0 && Lq >= 0 && Lk >= 0 && D >= 0 && Dv >= 0,
              "sdpa: negative size (Bt=", Bt, " H=", H, " Lq=", Lq, " Lk=", Lk, " D=", D, " Dv=", Dv,
              ")");
-  const int64_t qblocks = (Lq + kQueryBlock - 1) / kQueryBlock;
+  const int64_t qblock = query_block(Bt, H, par.num_threads());
+  const int64_t qblocks = (Lq + qblock - 1) / qblock;
   const int64_t tasks = Bt * H * qblocks;
   if (tasks == 0) return;
   DNNF_CHECK(scratch != nullptr, "sdpa: scratch is null (need sdpa_scratch_bytes bytes)");
@@ -171,7 +189,7 @@ void sdpa(int64_t Bt, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, 
                 os2 = out_strides ? out_strides[2] : Dv;
   DNNF_CHECK(os2 >= Dv || Lq <= 1, "sdpa: output row stride ", os2, " overlaps rows of ", Dv);
   const Task t{Bt, H, Lq, Lk, D, Dv, q, k, v, mask, causal, scale, out, os0, os1, os2, lse};
-  const int64_t slot = slot_floats(Lq, Lk);
+  const int64_t slot = slot_floats(Lq, Lk, qblock);
   // Exactly one scratch slot per index of this parallel_for: indices are disjoint, and a chunk
   // that holds several runs them one after another, so no slot is used twice at once.
   const int64_t slots = std::min<int64_t>(std::max(1, par.num_threads()), tasks);
@@ -180,8 +198,8 @@ void sdpa(int64_t Bt, int64_t H, int64_t Lq, int64_t Lk, int64_t D, int64_t Dv, 
       float* S = static_cast<float*>(scratch) + sl * slot;
       for (int64_t task = sl * tasks / slots; task < (sl + 1) * tasks / slots; ++task) {
         const int64_t qb = task % qblocks, bh = task / qblocks;
-        const int64_t i0 = qb * kQueryBlock;
-        attend_block(t, bh / H, bh % H, i0, std::min(kQueryBlock, Lq - i0), S);
+        const int64_t i0 = qb * qblock;
+        attend_block(t, bh / H, bh % H, i0, std::min(qblock, Lq - i0), S);
       }
     }
   });

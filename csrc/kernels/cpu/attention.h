@@ -1,6 +1,7 @@
 // Scaled-dot-product attention for inference (PyTorch F.scaled_dot_product_attention semantics,
 // no dropout): out = softmax(scale * q k^T + mask) v per (batch, head).
-// Per task (batch, head, block of up to 64 query rows): scores via sgemm into a per-slot scratch
+// Per task (batch, head, block of 64 query rows, 256 when there are two heads per thread or
+// more): scores via sgemm into a per-slot scratch
 // block, mask/causal/softmax in place, then P v via sgemm straight into out. Parallel over
 // Bt*H*query-blocks; the inner sgemms run serially.
 // Preconditions: sizes >= 0 (D, Dv may be 0); q is (Bt,H,Lq,D), k (Bt,H,Lk,D), v (Bt,H,Lk,Dv)

@@ -34,15 +34,35 @@ __attribute__((always_inline)) inline void tile_store(const NchwcTile& t,
   }
 }
 
+// The tile's prefetch stream (NchwcTile::pf): one line every `every` input-channel steps, so the
+// fetches never crowd out the tile's own loads in the line-fill buffers.
+struct PrefetchStream {
+  const char* p;
+  int64_t left, every, count;
+};
+
+// A template over O only so that, like the tiles, each ISA file gets its own internal copy.
+template <class O>
+__attribute__((always_inline)) inline void prefetch_step(PrefetchStream& pf) {
+  if (pf.left > 0 && --pf.count == 0) {
+    __builtin_prefetch(pf.p, 0, 2);
+    pf.p += 64;
+    --pf.left;
+    pf.count = pf.every;
+  }
+}
+
 // One kernel tap (kh, kw) of a broadcast conv: for each input channel of the chunk, one weight
 // vector (NV registers) is reused by RN broadcast-FMAs, so weight loads are amortized over RN.
 template <class O, int NV, int RN>
 __attribute__((always_inline)) inline void conv_tap(const float* __restrict xk,
                                                     const float* __restrict wk, int64_t ic_bn,
-                                                    int64_t x_pos, typename O::V (&acc)[RN][NV]) {
+                                                    int64_t x_pos, typename O::V (&acc)[RN][NV],
+                                                    PrefetchStream& pf) {
   using V = typename O::V;
   constexpr int L = O::L, OCB = NV * L;
   for (int64_t ic = 0; ic < ic_bn; ++ic) {
+    prefetch_step<O>(pf);
     V wv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) wv[v] = O::load(wk + ic * OCB + v * L);
@@ -67,11 +87,14 @@ void conv_tile(const NchwcTile& t) {
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[j][v] = O::zero();
   const int64_t ic_bn = t.ic_bn, x_pos = t.x_pos, w_kw = ic_bn * OCB;
+  const int64_t steps = t.n_cb * t.n_kh * t.n_kw * ic_bn;
+  const int64_t every = t.pf_lines > 0 && steps > t.pf_lines ? steps / t.pf_lines : 1;
+  PrefetchStream pf{t.pf, t.pf_lines, every, every};
   const float* xc = t.x;
   const float* wc = t.w;
   for (int64_t cb = 0; cb < t.n_cb; ++cb, xc += t.x_cb, wc += t.w_cb) {
     if constexpr (K1) {
-      conv_tap<O, NV, RN>(xc, wc, ic_bn, x_pos, acc);
+      conv_tap<O, NV, RN>(xc, wc, ic_bn, x_pos, acc, pf);
     } else {
       const float* xr = xc;
       const float* wr = wc;
@@ -79,11 +102,11 @@ void conv_tile(const NchwcTile& t) {
         if constexpr (UNROLL) {
 #pragma GCC unroll 8
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc);
+            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc, pf);
         } else {
 #pragma GCC unroll 1
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc);
+            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc, pf);
         }
       }
     }

@@ -31,6 +31,11 @@ struct NchwcTile {
   float* y;           // rn x oc_bn floats (position stride oc_bn)
   int rn, oc_bn;      // the scalar tile reads these; vector tiles are specialised on them
   Activation act;
+  // Optional (broadcast convs): pf_lines 64-byte lines from pf to bring into L2 while the tile
+  // computes, spread evenly over its input-channel steps (the next oc block's weights, which
+  // would otherwise stream from memory at the start of that block).
+  const char* pf = nullptr;
+  int64_t pf_lines = 0;
 };
 
 using NchwcTileFn = void (*)(const NchwcTile& t);

@@ -2,6 +2,10 @@
 // micro-kernel. See gemm.h for the contract and gemm_ukernel.h for the micro-kernel interface.
 #include "kernels/cpu/gemm.h"
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include <algorithm>
 #include <cstdlib>
 #include <new>
@@ -92,6 +96,36 @@ void pack_a(MatrixView A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr
   for (int64_t ip = 0; ip < mc; ip += mr) {
     const int rows = static_cast<int>(std::min<int64_t>(mr, mc - ip));
     const float* base = A.data + (i0 + ip) * A.rs + k0 * A.cs;
+#if defined(__SSE__)
+    if (A.cs == 1 && rows == mr && mr % 4 == 0) {
+      // Row-major A, 4 rows x 4 k at a time through SSE transposes: contiguous loads along each
+      // row, contiguous 4-float stores into the panel (the scalar lockstep walk below ran at
+      // ~2 GB/s and cost attention, whose GEMMs pack a fresh A for every head).
+      const int64_t k4 = kc / 4 * 4;
+      const __m128 va = _mm_set1_ps(alpha);
+      for (int r = 0; r < mr; r += 4) {
+        const float* r0 = base + r * A.rs;
+        const float *r1 = r0 + A.rs, *r2 = r1 + A.rs, *r3 = r2 + A.rs;
+        for (int64_t k = 0; k < k4; k += 4) {
+          __m128 a0 = _mm_loadu_ps(r0 + k), a1 = _mm_loadu_ps(r1 + k), a2 = _mm_loadu_ps(r2 + k),
+                 a3 = _mm_loadu_ps(r3 + k);
+          _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
+          float* d = dst + k * mr + r;
+          _mm_storeu_ps(d, _mm_mul_ps(a0, va));
+          _mm_storeu_ps(d + mr, _mm_mul_ps(a1, va));
+          _mm_storeu_ps(d + 2 * mr, _mm_mul_ps(a2, va));
+          _mm_storeu_ps(d + 3 * mr, _mm_mul_ps(a3, va));
+        }
+        for (int64_t k = k4; k < kc; ++k) {
+          float* d = dst + k * mr + r;
+          d[0] = alpha * r0[k];
+          d[1] = alpha * r1[k];
+          d[2] = alpha * r2[k];
+          d[3] = alpha * r3[k];
+        }
+      }
+    } else
+#endif
     if (A.cs == 1 && rows == mr) {
       // Row-major A: walk the mr rows in lockstep so the panel is written contiguously (a row at a
       // time with strided stores runs several times slower).
@@ -112,6 +146,31 @@ void pack_a(MatrixView A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr
     }
     dst += static_cast<int64_t>(mr) * kc;
   }
+}
+
+// The B block of a pre-packed B (panels of K x NR) that follows block (pc, ic, jc) in
+// compute_block's loop order, fetched into L2 while this one computes: its first panel, K extent
+// and panel count (bp == nullptr: none, or too few rows to hide a fetch behind: M <= MR is a pure
+// stream the hardware prefetcher handles).
+struct NextBlock {
+  const float* bp = nullptr;
+  int64_t kc = 0, panels = 0;
+};
+
+NextBlock next_block(const UkInfo& uk, const float* Bpk, int64_t K, int64_t kc_blk, int64_t mc, int64_t ic,
+                     int64_t m1, int64_t pc, int64_t kc, int64_t jc, int64_t n0, int64_t n1) {
+  NextBlock next;
+  if (mc <= uk.mr) return next;
+  int64_t njc = jc + uk.nc, npc = pc;
+  if (njc >= n1) {
+    njc = n0;
+    if (ic + mc >= m1) npc = pc + kc;
+  }
+  if (npc >= K) return next;
+  next.bp = Bpk + (njc / uk.nr) * K * uk.nr + npc * uk.nr;
+  next.kc = std::min(kc_blk, K - npc);
+  next.panels = (std::min(uk.nc, n1 - njc) + uk.nr - 1) / uk.nr;
+  return next;
 }
 
 // One task: rows [m0,m1) x cols [n0,n1) of batch entry b, all of K.
@@ -136,8 +195,9 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
   // The tiles of one (column block, row block, K block): Ap packed rows, Bp the block's first
   // panel, panel q at Bp + q * panel_stride.
   auto tiles = [&](int64_t jc, int64_t nc, int64_t ic, int64_t mc, int64_t pc, int64_t kc,
-                   const float* Ap, const float* Bp, int64_t panel_stride) {
+                   const float* Ap, const float* Bp, int64_t panel_stride, const NextBlock& next) {
     const bool first = pc == 0, last = pc + kc == K;
+    const int64_t row_tiles = (mc + MR - 1) / MR;
     // Values are final only after the last K block, so that is the only pass that runs the hook.
     const ElementHook* tile_hook = last ? hook : nullptr;
     for (int64_t ir = 0; ir < mc; ir += MR) {
@@ -151,6 +211,14 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
         UkArgs args{first ? ep.beta : 1.f, (first && row_bias) ? bias + i : nullptr,
                     (first && col_bias) ? bias + j : nullptr,
                     last ? ep.act : Activation::None};
+        if (next.bp != nullptr && jr / NR < next.panels) {
+          // This tile's share of the next block: 1/row_tiles of the panel it will use in place of bp.
+          const char* slice = reinterpret_cast<const char*>(next.bp + (jr / NR) * panel_stride);
+          const int64_t bytes = next.kc * NR * 4, t = ir / MR;
+          const int64_t lo = bytes * t / row_tiles / 64 * 64, hi = bytes * (t + 1) / row_tiles / 64 * 64;
+          args.pf = slice + lo;
+          args.pf_lines = (hi - lo) / 64;
+        }
         float* c = C + i * ldc + j;
         // Fewer rows than the tile: the kernel for exactly those rows, when the ISA has one.
         const UkFn rows_fn = mr_eff < MR && uk.by_rows ? uk.by_rows[mr_eff] : uk.fn;
@@ -190,7 +258,8 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
         float* Ap = tl_pack_a.get(static_cast<size_t>((mc + MR - 1) / MR * MR * kc));
         pack_a(A, ic, mc, pc, kc, MR, ep.alpha, Ap);
         for (int64_t jc = n0; jc < n1; jc += uk.nc)
-          tiles(jc, std::min(uk.nc, n1 - jc), ic, mc, pc, kc, Ap, prepacked + (jc / NR) * K * NR + pc * NR, K * NR);
+          tiles(jc, std::min(uk.nc, n1 - jc), ic, mc, pc, kc, Ap, prepacked + (jc / NR) * K * NR + pc * NR, K * NR,
+                next_block(uk, prepacked, K, kc_blk, mc, ic, m1, pc, kc, jc, n0, n1));
       }
     }
     return;
@@ -206,7 +275,7 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
         const int64_t mc = std::min(uk.mc, m1 - ic);
         float* Ap = tl_pack_a.get(static_cast<size_t>((mc + MR - 1) / MR * MR * kc));
         pack_a(A, ic, mc, pc, kc, MR, ep.alpha, Ap);
-        tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * NR);
+        tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * NR, NextBlock{});
       }
     }
   }
@@ -314,11 +383,35 @@ void pack_b_strided(MatrixView B, int64_t k0, int64_t kc, int64_t j0, int64_t nc
     if (B.rs == 1 && cols == nr) {
       // Column-major B (e.g. K^T in attention): walk the nr columns in lockstep so the panel is
       // written contiguously.
-      const float* cp[32];
-      for (int q = 0; q < nr; ++q) cp[q] = base + q * B.cs;
-      for (int64_t k = 0; k < kc; ++k) {
-        float* d = dst + k * nr;
-        for (int q = 0; q < nr; ++q) d[q] = cp[q][k];
+      // 4x4 SSE transposes (baseline x86-64): contiguous reads down 4 columns, contiguous
+      // 4-float writes into 4 panel rows; a per-element gather ran at a few GB/s.
+#if defined(__SSE__)
+      const int64_t k4 = kc / 4 * 4;
+#else
+      const int64_t k4 = 0;
+#endif
+      for (int q = 0; q < nr; q += 4) {
+        const float* c0 = base + q * B.cs;
+        const float *c1 = c0 + B.cs, *c2 = c1 + B.cs, *c3 = c2 + B.cs;
+#if defined(__SSE__)
+        for (int64_t k = 0; k < k4; k += 4) {
+          __m128 r0 = _mm_loadu_ps(c0 + k), r1 = _mm_loadu_ps(c1 + k), r2 = _mm_loadu_ps(c2 + k),
+                 r3 = _mm_loadu_ps(c3 + k);
+          _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+          float* d = dst + k * nr + q;
+          _mm_storeu_ps(d, r0);
+          _mm_storeu_ps(d + nr, r1);
+          _mm_storeu_ps(d + 2 * nr, r2);
+          _mm_storeu_ps(d + 3 * nr, r3);
+        }
+#endif
+        for (int64_t k = k4; k < kc; ++k) {
+          float* d = dst + k * nr + q;
+          d[0] = c0[k];
+          d[1] = c1[k];
+          d[2] = c2[k];
+          d[3] = c3[k];
+        }
       }
       continue;
     }

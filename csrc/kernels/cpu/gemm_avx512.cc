@@ -37,8 +37,7 @@ void ukernel_rows(int64_t kc, const float* Ap, const float* Bp, float* C, int64_
   for (int u = 0; u < U; ++u)
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) c0[u][i] = c1[u][i] = _mm512_setzero_ps();
-  int64_t k = 0;
-  for (; k + U <= kc; k += U) {
+  auto step = [&]() __attribute__((always_inline)) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       const __m512 b0 = _mm512_load_ps(Bp + u * kNR);
@@ -52,7 +51,21 @@ void ukernel_rows(int64_t kc, const float* Ap, const float* Bp, float* C, int64_
     }
     Ap += U * kMR;
     Bp += U * kNR;
+  };
+  int64_t k = 0;
+  if (args.pf_lines > 0) {
+    // One line of the caller's prefetch range every `every` steps: spread out, so the fetches
+    // never fill the line-fill buffers that this tile's own loads need.
+    const int64_t per = kc / args.pf_lines / U;  // no std::max: see gemm_ukernel.h
+    const int64_t every = (per > 1 ? per : 1) * U;
+    const char* pf = args.pf;
+    for (int64_t l = 0; l < args.pf_lines && k + every <= kc; ++l, pf += 64) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      for (int64_t e = 0; e < every; e += U) step();
+      k += every;
+    }
   }
+  for (; k + U <= kc; k += U) step();
   for (; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(Bp);
     const __m512 b1 = _mm512_load_ps(Bp + 16);

@@ -77,6 +77,11 @@ struct Pass {
   float beta;
   const float* brow;   // the tile's MR row biases, or nullptr
   const float* bcol;   // the tile's NR column biases, or nullptr
+  // Optional: pf_lines 64-byte lines from pf to bring into L2 while the tile computes, one every
+  // few k steps (the next B block of a pre-packed B, which would otherwise come from memory at
+  // full latency; a burst would fill the line-fill buffers the tile's own loads need).
+  const char* pf = nullptr;
+  int64_t pf_lines = 0;
 };
 
 // The micro-kernels below are not inlined: every epilogue instantiation in a translation unit
@@ -134,8 +139,7 @@ DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const
   for (int u = 0; u < U; ++u)
 #pragma GCC unroll 12
     for (int i = 0; i < R; ++i) c0[u][i] = c1[u][i] = v_zero();
-  int64_t k = 0;
-  for (; k + U <= kc; k += U) {
+  auto step = [&]() __attribute__((always_inline)) {
 #pragma GCC unroll 4
     for (int u = 0; u < U; ++u) {
       const Vec b0 = v_load(Bp + u * kNR);
@@ -149,7 +153,18 @@ DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const
     }
     Ap += U * kMR;
     Bp += U * kNR;
+  };
+  int64_t k = 0;
+  if (ps.pf_lines > 0) {
+    const int64_t every = std::max<int64_t>(1, kc / ps.pf_lines / U) * U;
+    const char* pf = ps.pf;
+    for (int64_t l = 0; l < ps.pf_lines && k + every <= kc; ++l, pf += 64) {
+      _mm_prefetch(pf, _MM_HINT_T1);
+      for (int64_t e = 0; e < every; e += U) step();
+      k += every;
+    }
   }
+  for (; k + U <= kc; k += U) step();
   for (; k < kc; ++k) {
     const Vec b0 = v_load(Bp);
     const Vec b1 = v_load(Bp + kW);
@@ -286,7 +301,7 @@ template <int R, class Epi>
 inline void tile_edge(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc, int mr,
                       int nr, const Pass& ps, const Epi& epi, int64_t start, int64_t N) {
   alignas(64) float tile[R * kNR];
-  const Pass bare{true, false, 0.f, nullptr, nullptr};
+  const Pass bare{true, false, 0.f, nullptr, nullptr, ps.pf, ps.pf_lines};
   tile_kernel<R>(kc, Ap, Bp, bare, nullptr, 0, tile, kNR);
   for (int r = 0; r < mr; ++r) {
     float* t = tile + r * kNR;
@@ -440,6 +455,30 @@ struct Problem {
   const float* Bpk;   // B packed whole (kernels::sgemm_pack_b layout, kNR) or nullptr: B is read
 };
 
+// The B block of a pre-packed B (panels of K x kNR) that follows block (pc, ic, jc) in
+// compute_block's loop order: its first panel, K extent and panel count (bp == nullptr: none, or
+// too few rows to hide a fetch behind: M <= MR is a pure stream the hardware prefetcher handles).
+struct NextBlock {
+  const float* bp = nullptr;
+  int64_t kc = 0, panels = 0;
+};
+
+inline NextBlock next_block(const float* Bpk, int64_t K, int64_t kc_blk, int64_t mc, int64_t ic, int64_t m1,
+                            int64_t pc, int64_t kc, int64_t jc, int64_t n0, int64_t n1) {
+  NextBlock next;
+  if (mc <= kMR) return next;
+  int64_t njc = jc + kNC, npc = pc;
+  if (njc >= n1) {
+    njc = n0;
+    if (ic + mc >= m1) npc = pc + kc;
+  }
+  if (npc >= K) return next;
+  next.bp = Bpk + (njc / kNR) * K * kNR + npc * kNR;
+  next.kc = std::min(kc_blk, K - npc);
+  next.panels = (std::min(kNC, n1 - njc) + kNR - 1) / kNR;
+  return next;
+}
+
 // One task: rows [m0,m1) x cols [n0,n1) of batch entry b, all of K.
 template <class Epi>
 void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t n0, int64_t n1,
@@ -455,8 +494,9 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
   // The tiles of one (column block, row block, K block): Ap packed rows, Bp the block's first
   // panel, panel q at Bp + q * panel_stride.
   auto tiles = [&](int64_t jc, int64_t nc, int64_t ic, int64_t mc, int64_t pc, int64_t kc,
-                   const float* Ap, const float* Bp, int64_t panel_stride) {
+                   const float* Ap, const float* Bp, int64_t panel_stride, const NextBlock& next) {
     const bool first = pc == 0, last = pc + kc == K;
+    const int64_t row_tiles = (mc + kMR - 1) / kMR;
     for (int64_t ir = 0; ir < mc; ir += kMR) {
       const int64_t i = ic + ir;
       const int mr = static_cast<int>(std::min<int64_t>(kMR, mc - ir));
@@ -465,8 +505,15 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
         const int64_t j = jc + jr;
         const int nr = static_cast<int>(std::min<int64_t>(kNR, nc - jr));
         const float* bp = Bp + (jr / kNR) * panel_stride;
-        const Pass ps{first, last, p.beta, p.brow ? p.brow + i : nullptr,
-                      p.bcol ? p.bcol + j : nullptr};
+        Pass ps{first, last, p.beta, p.brow ? p.brow + i : nullptr, p.bcol ? p.bcol + j : nullptr};
+        if (next.bp != nullptr && jr / kNR < next.panels) {
+          // This tile's share of the next block: 1/row_tiles of the panel it will use in place of bp.
+          const char* slice = reinterpret_cast<const char*>(next.bp + (jr / kNR) * panel_stride);
+          const int64_t bytes = next.kc * kNR * 4, t = ir / kMR;
+          const int64_t lo = bytes * t / row_tiles / 64 * 64, hi = bytes * (t + 1) / row_tiles / 64 * 64;
+          ps.pf = slice + lo;
+          ps.pf_lines = (hi - lo) / 64;
+        }
         float* c = C + i * ldc + j;
         const int64_t start = (b * p.M + i) * N + j;
         if (mr == kMR && nr == kNR) {
@@ -487,7 +534,8 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
         float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
         pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
         for (int64_t jc = n0; jc < n1; jc += kNC)
-          tiles(jc, std::min(kNC, n1 - jc), ic, mc, pc, kc, Ap, p.Bpk + (jc / kNR) * K * kNR + pc * kNR, K * kNR);
+          tiles(jc, std::min(kNC, n1 - jc), ic, mc, pc, kc, Ap, p.Bpk + (jc / kNR) * K * kNR + pc * kNR, K * kNR,
+                next_block(p.Bpk, K, kc_blk, mc, ic, m1, pc, kc, jc, n0, n1));
       }
     }
     return;
@@ -503,7 +551,7 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
         const int64_t mc = std::min(kMC, m1 - ic);
         float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
         pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
-        tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * kNR);
+        tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * kNR, NextBlock{});
       }
     }
   }

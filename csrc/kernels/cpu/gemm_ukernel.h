@@ -20,6 +20,10 @@ struct UkArgs {
   const float* brow;  // MR row biases or nullptr
   const float* bcol;  // NR column biases or nullptr
   Activation act;
+  // Optional: pf_lines 64-byte lines from pf to bring into L2 while the tile computes (the next
+  // B block of a pre-packed B, which would otherwise arrive from memory at full latency).
+  const char* pf = nullptr;
+  int64_t pf_lines = 0;
 };
 
 // Ap: packed A micro-panel, kc steps of MR floats. Bp: packed B micro-panel, kc steps of NR floats.
