@@ -58,7 +58,11 @@ __attribute__((target("avx512f"), noinline)) double fma_loop_avx512(int64_t iter
   }
   __m512 s = acc[0];
   for (int i = 1; i < 24; ++i) s = _mm512_add_ps(s, acc[i]);
-  *sink = _mm512_reduce_add_ps(s);
+  alignas(64) float lanes[16];  // not _mm512_reduce_add_ps: GCC 12 warns inside it
+  _mm512_store_ps(lanes, s);
+  float total = 0.f;
+  for (float l : lanes) total += l;
+  *sink = total;
   return 2.0 * 16 * 24 * static_cast<double>(iters);
 }
 

@@ -220,6 +220,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
   }
   void* scratch = static_cast<char*>(arena_) + scratch_offset_;
   dnnf_parallel par{pool_, pool_parallel_for};
+  const ThreadPool::Hold hold(*pool_);  // workers stay awake between this run's steps
   ++calls_;
   for (Bound& b : steps_) {
     if (b.skip) continue;

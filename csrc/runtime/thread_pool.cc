@@ -59,12 +59,21 @@ void ThreadPool::run_chunks(Job& job) const {
   tl_in_parallel = was;
 }
 
+ThreadPool::Hold::Hold(const ThreadPool& pool) : pool_(pool) {
+  if (pool_.holds_.fetch_add(1) == 0 && pool_.sleepers_.load() > 0) {
+    std::lock_guard<std::mutex> lk(pool_.mu_);
+    pool_.cv_.notify_all();
+  }
+}
+
+ThreadPool::Hold::~Hold() { pool_.holds_.fetch_sub(1); }
+
 void ThreadPool::worker_loop(int /*index*/) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
     int spins = 0;
-    while (g == seen && spins < kSpinIterations) {
+    while (g == seen && (spins < kSpinIterations || holds_.load(std::memory_order_relaxed) > 0)) {
       DNNF_PAUSE();
       ++spins;
       g = generation_.load(std::memory_order_acquire);
@@ -72,9 +81,10 @@ void ThreadPool::worker_loop(int /*index*/) {
     if (g == seen) {
       std::unique_lock<std::mutex> lk(mu_);
       sleepers_.fetch_add(1);
-      cv_.wait(lk, [&] { return generation_.load() != seen; });
+      // A Hold wakes us too: back to spinning, so its run's first job finds us awake.
+      cv_.wait(lk, [&] { return generation_.load() != seen || holds_.load() > 0; });
       sleepers_.fetch_sub(1);
-      g = generation_.load();
+      continue;
     }
     seen = g;
     if (stop_.load()) return;

@@ -58,8 +58,11 @@ TEST(LayoutPropagate, ResidualBlockStaysBlockedBetweenConvs) {
   EXPECT_EQ(st.ops_propagated, 4);  // relu, add, relu, mean
   EXPECT_EQ(asked, 1);              // the second conv was offered its input's block
   // Everything between the convs is 5-D; graph inputs and outputs keep their shapes.
-  for (const auto& n : out.nodes())
-    if (n.op == "relu" || n.op == "add") EXPECT_EQ(out.value(n.outputs[0]).shape, (std::vector<int64_t>{1, 2, 9, 9, 16}));
+  for (const auto& n : out.nodes()) {
+    if (n.op == "relu" || n.op == "add") {
+      EXPECT_EQ(out.value(n.outputs[0]).shape, (std::vector<int64_t>{1, 2, 9, 9, 16}));
+    }
+  }
   EXPECT_EQ(out.value(out.inputs()[0]).shape, g.value(g.inputs()[0]).shape);
   EXPECT_EQ(out.value(out.outputs()[0]).shape, (std::vector<int64_t>{1, 32}));
 }

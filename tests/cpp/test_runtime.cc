@@ -143,6 +143,36 @@ TEST(ThreadPool, SleepsAfterIdleAndWakesUp) {
   EXPECT_GE(physical_core_count(), 1);
 }
 
+namespace {
+// Polls until pool.sleeping_workers() == want (sleep and wake-up are asynchronous); false after 5 s.
+bool wait_for_sleepers(const ThreadPool& pool, int want) {
+  for (int i = 0; i < 5000; ++i) {
+    if (pool.sleeping_workers() == want) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pool.sleeping_workers() == want;
+}
+}  // namespace
+
+TEST(ThreadPool, HoldWakesWorkersAndKeepsThemSpinning) {
+  ThreadPool pool(3);
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  ASSERT_TRUE(wait_for_sleepers(pool, 2));  // idle: both workers sleep
+  {
+    const ThreadPool::Hold hold(pool);
+    ASSERT_TRUE(wait_for_sleepers(pool, 0));  // woken by the hold, before any job
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // far past the spin budget
+    EXPECT_EQ(pool.sleeping_workers(), 0);
+    const ThreadPool::Hold nested(pool);
+    pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  }
+  EXPECT_EQ(sum.load(), 20);
+  EXPECT_TRUE(wait_for_sleepers(pool, 2));  // released: back to spin-then-sleep
+  pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  EXPECT_EQ(sum.load(), 30);
+}
+
 // ---------------- executor ----------------
 namespace {
 // y = relu(x * 2 + b), then permuted and viewed: exercises weights, scalar constants, an
