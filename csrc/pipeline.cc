@@ -18,6 +18,7 @@
 #include "layout/tuning_db.h"
 #include "rewrite/apply_math_rules.h"
 #include "rewrite/eliminate_common_subexpressions.h"
+#include "rewrite/batchnorm_to_affine.h"
 #include "rewrite/fold_batchnorm.h"
 #include "rewrite/merge_parallel_gemms.h"
 #include "rewrite/split_to_slices.h"
@@ -121,6 +122,8 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
     run_pass("remove_noops", noops);
     run_pass("eliminate_common_subexpressions", cse);  // first, so factoring rules see shared operands
     run_pass("fold_batchnorm", counting(rewrite::fold_batchnorm, "batch norms folded", "fold batch_norm into conv/linear"));
+    run_pass("batchnorm_to_affine",
+             counting(rewrite::batchnorm_to_affine, "batch norms made mul + add", "batch_norm to per-channel mul + add"));
     run_pass("fold_constants", fold);
     run_pass("apply_math_rules", [&](PassRecord& rec) {
       rewrite::RuleStats st;

@@ -49,6 +49,14 @@ const Node* foldable_producer(const Graph& g, const std::vector<char>& is_const,
 
 }  // namespace
 
+std::pair<int, int> emit_batchnorm_scale_shift(GraphRebuilder& rb, const Node& n) {
+  int stddev = rb.unary("sqrt", rb.binary("add", rb.map(n.inputs[4]), rb.scalar(static_cast<float>(n.attr_float("eps")))));
+  int s = n.inputs[1] >= 0 ? rb.binary("div", rb.map(n.inputs[1]), stddev) : rb.unary("reciprocal", stddev);
+  int shift = rb.unary("neg", rb.binary("mul", rb.map(n.inputs[3]), s));
+  if (n.inputs[2] >= 0) shift = rb.binary("add", shift, rb.map(n.inputs[2]));
+  return {s, shift};
+}
+
 Graph fold_batchnorm(const Graph& g, int* folded) {
   const auto is_const = compile_time_values(g);
   std::map<int, int> bn_of;  // producer node -> batch norm node
@@ -68,11 +76,8 @@ Graph fold_batchnorm(const Graph& g, int* folded) {
     const Node& p = g.node(it->second);
     const int64_t K = g.value(n.inputs[0]).shape[1];
     rb.origin = p.origin;
-    // s = γ / √(σ² + ε); shift = β − μ·s, and the producer's bias b becomes b·s + shift.
-    int stddev = rb.unary("sqrt", rb.binary("add", rb.map(n.inputs[4]), rb.scalar(static_cast<float>(n.attr_float("eps")))));
-    int s = n.inputs[1] >= 0 ? rb.binary("div", rb.map(n.inputs[1]), stddev) : rb.unary("reciprocal", stddev);
-    int shift = rb.unary("neg", rb.binary("mul", rb.map(n.inputs[3]), s));
-    if (n.inputs[2] >= 0) shift = rb.binary("add", shift, rb.map(n.inputs[2]));
+    // The producer's bias b becomes b·s + shift.
+    const auto [s, shift] = emit_batchnorm_scale_shift(rb, n);
     int out;
     if (p.op == "convolution") {
       std::vector<int64_t> wshape(g.value(p.inputs[1]).shape.size(), 1);

@@ -11,11 +11,19 @@
 // Precondition: the graph verifies. Postcondition: the graph verifies and computes the same
 // values up to fp32 rounding; run fold_constants afterwards to evaluate the new weights.
 #pragma once
+#include <utility>
+
 #include "ecg/graph.h"
 
 namespace dnnfusion::rewrite {
 
 // `folded` (optional) receives the number of batch norms folded.
 ecg::Graph fold_batchnorm(const ecg::Graph& g, int* folded = nullptr);
+
+class GraphRebuilder;
+// For inference batch norm node `bn` of rb.src() (running mean and variance present): emits
+// s = γ / √(σ² + ε) (1 / √(σ² + ε) without γ) and shift = β − μ·s (no β: −μ·s) as [K] weight-only
+// nodes; returns {s, shift} as new ids. Shared with batchnorm_to_affine.
+std::pair<int, int> emit_batchnorm_scale_shift(GraphRebuilder& rb, const ecg::Node& bn);
 
 }  // namespace dnnfusion::rewrite

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "ecg/verifier.h"
+#include "rewrite/batchnorm_to_affine.h"
 #include "rewrite/eliminate_common_subexpressions.h"
 #include "rewrite/fold_batchnorm.h"
 #include "rewrite/graph_edit.h"
@@ -164,6 +165,67 @@ TEST(RewriteFoldBatchnorm, BatchNormsThatCannotFoldStay) {
   EXPECT_EQ(folds([](GraphBuilder& b) {
     b.out({b.batch_norm(b.conv(b.input({1, 3, 5, 5}), b.weight({4, 3, 3, 3}), -1))});
   }), 1);
+}
+
+// ---------------- batchnorm_to_affine ----------------
+TEST(RewriteBatchnormToAffine, UnfoldableBatchNormBecomesPerChannelMulAdd) {
+  // DenseNet's pre-activation: cat -> BN -> relu -> conv; the BN has no producer to fold into.
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  SCOPED_TRACE(dnnfusion::testing::seed_note());
+  for (bool affine : {true, false}) {
+    GraphBuilder b(rng);
+    int x1 = b.input({1, 3, 5, 5}), x2 = b.input({1, 5, 5, 5});
+    int cat = b.g.node(b.g.add_node("cat", {x1, x2}, {{{1, 8, 5, 5}, DType::Float32}}, {{"dim", int64_t{1}}})).outputs[0];
+    int bn = b.batch_norm(cat, affine);
+    b.out({b.conv(b.un("relu", bn), b.weight({4, 8, 3, 3}), -1, 1, 1)});
+    ASSERT_EQ(fold_batchnorm(b.g).nodes().size(), b.g.nodes().size());  // nothing for fold_batchnorm
+    int n = -1;
+    Graph g = batchnorm_to_affine(b.g, &n);
+    ASSERT_NO_THROW(ecg::verify_graph(g));
+    EXPECT_EQ(n, 1);
+    Graph f = fold(g);
+    EXPECT_EQ(ops_of(f), (std::vector<std::string>{"cat", "mul", "add", "relu", "convolution"})) << f.dump();
+    for (const auto& node : f.nodes())
+      if (node.op == "mul" || node.op == "add") {
+        EXPECT_EQ(f.value(node.inputs[1]).kind, ecg::ValueKind::Constant);
+        EXPECT_EQ(f.value(node.inputs[1]).shape, (Shape{8, 1, 1}));
+      }
+    expect_equivalent(b.g, g, rng);
+  }
+  // BatchNorm1d on [N, K]: the constants are [K].
+  GraphBuilder b(rng);
+  b.out({b.batch_norm(b.un("tanh", b.input({6, 4})))});
+  int n = -1;
+  Graph g = batchnorm_to_affine(b.g, &n);
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(ops_of(fold(g)), (std::vector<std::string>{"tanh", "mul", "add"}));
+  expect_equivalent(b.g, g, rng);
+}
+
+TEST(RewriteBatchnormToAffine, LeavesBatchNormsWithRuntimeStatisticsOrUsedSideOutputs) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  {  // running variance computed from an input
+    GraphBuilder b(rng);
+    int var = b.un("exp", b.input({4}));
+    int n = b.g.add_node("_native_batch_norm_legit_no_training", {b.input({1, 4, 3, 3}), -1, -1, b.weight({4}), var},
+                         {{{1, 4, 3, 3}, DType::Float32}, {{0}, DType::Float32}, {{0}, DType::Float32}},
+                         {{"momentum", 0.1}, {"eps", 1e-5}});
+    b.out({b.g.node(n).outputs[0]});
+    int rewritten = -1;
+    Graph g = batchnorm_to_affine(b.g, &rewritten);
+    EXPECT_EQ(rewritten, 0);
+    EXPECT_EQ(count_op(g, "_native_batch_norm_legit_no_training"), 1);
+  }
+  {  // a side output (saved mean) is read
+    GraphBuilder b(rng);
+    int bn = b.batch_norm(b.input({1, 4, 3, 3}));
+    const int side = b.g.node(b.g.value(bn).producer).outputs[1];
+    b.out({bn, side});
+    int rewritten = -1;
+    Graph g = batchnorm_to_affine(b.g, &rewritten);
+    EXPECT_EQ(rewritten, 0);
+    EXPECT_EQ(count_op(g, "_native_batch_norm_legit_no_training"), 1);
+  }
 }
 
 // ---------------- remove_noops ----------------
