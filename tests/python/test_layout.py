@@ -110,6 +110,43 @@ def test_invalid_layout_options_are_value_errors(opts, match):
         dnnfusion.options.parse_options(opts)
 
 
+class PreActDense(nn.Module):
+    """DenseNet's pre-activation layer: BN -> ReLU -> conv on a concatenation. That BN has no conv
+    to fold into; as a per-channel mul + add it stays on the blocked tensor."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 32, 3, 1, 1)
+        self.b = nn.Conv2d(32, 32, 3, 1, 1)
+        self.bn = nn.BatchNorm2d(64)
+        self.c = nn.Conv2d(64, 32, 1)
+
+    def forward(self, x):
+        a = self.a(x)
+        y = torch.cat([a, self.b(a)], 1)
+        return self.c(torch.relu(self.bn(y)))
+
+
+def test_unfoldable_batch_norm_stays_blocked():
+    torch.manual_seed(0)
+    m = PreActDense().eval()
+    with torch.no_grad():
+        m.bn.running_mean.uniform_(-0.5, 0.5)
+        m.bn.running_var.uniform_(0.5, 2.0)
+        m.bn.weight.uniform_(0.5, 1.5)
+        m.bn.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(1, 3, 20, 20)
+    with torch.no_grad():
+        ref = m(x)
+    y, regions = _run(m, x, {"tuning_db": ""})
+    assert _close(y, ref), (y - ref).abs().max()
+    to_blocked, to_plain, reblocked = (sum(r["layout_transforms"][i] for r in regions) for i in range(3))
+    # Only the graph input and output change layout: the BN no longer forces NCHW in between.
+    assert (to_blocked, to_plain) == (1, 1), (to_blocked, to_plain, reblocked)
+    text = str(dnnfusion.explain(m, x, options={"tuning_db": ""}, compare_modes=False))
+    assert "batch_norm to per-channel mul + add x1" in text
+
+
 def test_explain_reports_the_layout():
     rep = dnnfusion.explain(_model(), torch.randn(1, 3, 32, 32), options={"tuning_db": ""}, compare_modes=False)
     text = str(rep)
