@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/conv_nchwc_ukernel.h"
+#include "kernels/cpu/prefetch_share.h"
 
 namespace dnnfusion::kernels {
 
@@ -410,20 +411,18 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
       // This item's share of the next oc block's weights (items of one block run back to back,
       // mostly on one thread), fetched while this block computes: without it the first tile of
       // each block waits on memory for the whole weight slice.
-      const int64_t share = row * nseg + seg, shares = rows * nseg;
       const bool prefetch = !dw && kb + 1 < Kb;
-      const char* next_w = reinterpret_cast<const char*>(packed_w + (kb + 1) * w_blk);
-      const int64_t w_bytes = w_blk * static_cast<int64_t>(sizeof(float));
-      const int64_t item_lo = w_bytes * share / shares, item_hi = w_bytes * (share + 1) / shares;
+      const PrefetchShare item = prefetch ? prefetch_share(packed_w + (kb + 1) * w_blk, w_blk * 4,
+                                                           row * nseg + seg, rows * nseg)
+                                          : PrefetchShare{};
       int64_t p0 = p_begin;
       for (int64_t ti = 0; ti < nt; ++ti) {
         const int64_t rn = cnt / nt + (ti < cnt % nt ? 1 : 0);  // balanced tile sizes
         const int64_t off = (p0 - p_begin) * ocb;
-        if (prefetch) {
-          const int64_t lo = (item_lo + (item_hi - item_lo) * ti / nt) / 64 * 64;
-          const int64_t hi = (item_lo + (item_hi - item_lo) * (ti + 1) / nt) / 64 * 64;
-          t.pf = next_w + lo;
-          t.pf_lines = (hi - lo) / 64;
+        if (prefetch) {  // and this tile's part of the item's share
+          const PrefetchShare sh = prefetch_share(item.first, item.lines * 64, ti, nt);
+          t.pf = sh.first;
+          t.pf_lines = sh.lines;
         }
         t.rn = static_cast<int>(rn);
         t.y = y_run + off;

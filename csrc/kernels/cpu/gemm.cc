@@ -12,6 +12,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/prefetch_share.h"
 
 namespace dnnfusion::kernels {
 namespace gemm_detail {
@@ -89,6 +90,33 @@ const UkInfo& select_ukernel() {
   return kScalarInfo;
 }
 
+// dst[k*ld + i] = alpha * src_i[k] for i < 4, k < n, where src_i = src + i*stride: four
+// contiguous source lines written as 4-float rows of a panel, through SSE 4x4 transposes
+// (baseline x86-64). Packs both A (rows of a row-major A) and a column-major B (K^T in attention).
+void transpose_4_lines(const float* src, int64_t stride, int64_t n, float alpha, float* dst, int64_t ld) {
+  const float *s0 = src, *s1 = s0 + stride, *s2 = s1 + stride, *s3 = s2 + stride;
+  int64_t k = 0;
+#if defined(__SSE__)
+  const __m128 va = _mm_set1_ps(alpha);
+  for (; k + 4 <= n; k += 4) {
+    __m128 a0 = _mm_loadu_ps(s0 + k), a1 = _mm_loadu_ps(s1 + k), a2 = _mm_loadu_ps(s2 + k), a3 = _mm_loadu_ps(s3 + k);
+    _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
+    float* d = dst + k * ld;
+    _mm_storeu_ps(d, _mm_mul_ps(a0, va));
+    _mm_storeu_ps(d + ld, _mm_mul_ps(a1, va));
+    _mm_storeu_ps(d + 2 * ld, _mm_mul_ps(a2, va));
+    _mm_storeu_ps(d + 3 * ld, _mm_mul_ps(a3, va));
+  }
+#endif
+  for (; k < n; ++k) {
+    float* d = dst + k * ld;
+    d[0] = alpha * s0[k];
+    d[1] = alpha * s1[k];
+    d[2] = alpha * s2[k];
+    d[3] = alpha * s3[k];
+  }
+}
+
 // Packs rows [i0,i0+mc) x cols [k0,k0+kc) of alpha*A into MR-row panels (k-major inside a panel),
 // zero rows past the end so the micro-kernel never needs a row count.
 void pack_a(MatrixView A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr, float alpha,
@@ -96,37 +124,12 @@ void pack_a(MatrixView A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr
   for (int64_t ip = 0; ip < mc; ip += mr) {
     const int rows = static_cast<int>(std::min<int64_t>(mr, mc - ip));
     const float* base = A.data + (i0 + ip) * A.rs + k0 * A.cs;
-#if defined(__SSE__)
     if (A.cs == 1 && rows == mr && mr % 4 == 0) {
-      // Row-major A, 4 rows x 4 k at a time through SSE transposes: contiguous loads along each
-      // row, contiguous 4-float stores into the panel (the scalar lockstep walk below ran at
-      // ~2 GB/s and cost attention, whose GEMMs pack a fresh A for every head).
-      const int64_t k4 = kc / 4 * 4;
-      const __m128 va = _mm_set1_ps(alpha);
-      for (int r = 0; r < mr; r += 4) {
-        const float* r0 = base + r * A.rs;
-        const float *r1 = r0 + A.rs, *r2 = r1 + A.rs, *r3 = r2 + A.rs;
-        for (int64_t k = 0; k < k4; k += 4) {
-          __m128 a0 = _mm_loadu_ps(r0 + k), a1 = _mm_loadu_ps(r1 + k), a2 = _mm_loadu_ps(r2 + k),
-                 a3 = _mm_loadu_ps(r3 + k);
-          _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
-          float* d = dst + k * mr + r;
-          _mm_storeu_ps(d, _mm_mul_ps(a0, va));
-          _mm_storeu_ps(d + mr, _mm_mul_ps(a1, va));
-          _mm_storeu_ps(d + 2 * mr, _mm_mul_ps(a2, va));
-          _mm_storeu_ps(d + 3 * mr, _mm_mul_ps(a3, va));
-        }
-        for (int64_t k = k4; k < kc; ++k) {
-          float* d = dst + k * mr + r;
-          d[0] = alpha * r0[k];
-          d[1] = alpha * r1[k];
-          d[2] = alpha * r2[k];
-          d[3] = alpha * r3[k];
-        }
-      }
-    } else
-#endif
-    if (A.cs == 1 && rows == mr) {
+      // Row-major A, 4 rows at a time: contiguous loads along each row, contiguous stores into
+      // the panel (the scalar lockstep walk below ran at ~2 GB/s and cost attention, whose GEMMs
+      // pack a fresh A for every head).
+      for (int r = 0; r < mr; r += 4) transpose_4_lines(base + r * A.rs, A.rs, kc, alpha, dst + r, mr);
+    } else if (A.cs == 1 && rows == mr) {
       // Row-major A: walk the mr rows in lockstep so the panel is written contiguously (a row at a
       // time with strided stores runs several times slower).
       const float* rp[16];
@@ -213,11 +216,10 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
                     last ? ep.act : Activation::None};
         if (next.bp != nullptr && jr / NR < next.panels) {
           // This tile's share of the next block: 1/row_tiles of the panel it will use in place of bp.
-          const char* slice = reinterpret_cast<const char*>(next.bp + (jr / NR) * panel_stride);
-          const int64_t bytes = next.kc * NR * 4, t = ir / MR;
-          const int64_t lo = bytes * t / row_tiles / 64 * 64, hi = bytes * (t + 1) / row_tiles / 64 * 64;
-          args.pf = slice + lo;
-          args.pf_lines = (hi - lo) / 64;
+          const PrefetchShare sh =
+              prefetch_share(next.bp + (jr / NR) * panel_stride, next.kc * NR * 4, ir / MR, row_tiles);
+          args.pf = sh.first;
+          args.pf_lines = sh.lines;
         }
         float* c = C + i * ldc + j;
         // Fewer rows than the tile: the kernel for exactly those rows, when the ISA has one.
@@ -383,36 +385,8 @@ void pack_b_strided(MatrixView B, int64_t k0, int64_t kc, int64_t j0, int64_t nc
     if (B.rs == 1 && cols == nr) {
       // Column-major B (e.g. K^T in attention): walk the nr columns in lockstep so the panel is
       // written contiguously.
-      // 4x4 SSE transposes (baseline x86-64): contiguous reads down 4 columns, contiguous
-      // 4-float writes into 4 panel rows; a per-element gather ran at a few GB/s.
-#if defined(__SSE__)
-      const int64_t k4 = kc / 4 * 4;
-#else
-      const int64_t k4 = 0;
-#endif
-      for (int q = 0; q < nr; q += 4) {
-        const float* c0 = base + q * B.cs;
-        const float *c1 = c0 + B.cs, *c2 = c1 + B.cs, *c3 = c2 + B.cs;
-#if defined(__SSE__)
-        for (int64_t k = 0; k < k4; k += 4) {
-          __m128 r0 = _mm_loadu_ps(c0 + k), r1 = _mm_loadu_ps(c1 + k), r2 = _mm_loadu_ps(c2 + k),
-                 r3 = _mm_loadu_ps(c3 + k);
-          _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-          float* d = dst + k * nr + q;
-          _mm_storeu_ps(d, r0);
-          _mm_storeu_ps(d + nr, r1);
-          _mm_storeu_ps(d + 2 * nr, r2);
-          _mm_storeu_ps(d + 3 * nr, r3);
-        }
-#endif
-        for (int64_t k = k4; k < kc; ++k) {
-          float* d = dst + k * nr + q;
-          d[0] = c0[k];
-          d[1] = c1[k];
-          d[2] = c2[k];
-          d[3] = c3[k];
-        }
-      }
+      // 4 columns at a time (a per-element gather ran at a few GB/s).
+      for (int q = 0; q < nr; q += 4) transpose_4_lines(base + q * B.cs, B.cs, kc, 1.f, dst + q, nr);
       continue;
     }
     for (int64_t k = 0; k < kc; ++k) {
@@ -475,7 +449,6 @@ void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par,
     par.parallel_for(tasks, grain, body);
   }
 }
-
 
 }  // namespace gemm_detail
 
