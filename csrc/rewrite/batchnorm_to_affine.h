@@ -5,8 +5,8 @@
 // add with per-channel constants it is element-wise: it fuses with its neighbours, and the layout
 // pass keeps it on NCHW[x]c tensors (a batch-norm node forced a transform to NCHW and back).
 // s and shift are weight-only nodes that fold_constants evaluates.
-// Applies when: output 0 is the only one used; running mean and variance are present; every BN
-// parameter is compile-time, float32, of shape [K] with K = x.shape[1]; x is float32 of rank >= 2.
+// Applies to every BN that satisfies constant_batchnorm (fold_batchnorm.h) and is still there
+// after fold_batchnorm.
 // Precondition: the graph verifies. Postcondition: the graph verifies and computes the same
 // values up to fp32 rounding (the same s and shift the folded form uses).
 #pragma once

@@ -17,18 +17,9 @@ bool f32(const Graph& g, int v) { return v < 0 || g.value(v).dtype == DType::Flo
 
 // The producer of the BN input that can absorb it, or nullptr.
 const Node* foldable_producer(const Graph& g, const std::vector<char>& is_const, const Node& bn) {
-  if (bn.inputs.size() < 5 || bn.outputs.empty() || bn.inputs[0] < 0 || bn.inputs[3] < 0 || bn.inputs[4] < 0) return nullptr;
-  for (size_t s = 1; s < bn.outputs.size(); ++s)
-    if (!g.value(bn.outputs[s]).users.empty() || g.value(bn.outputs[s]).is_output) return nullptr;
+  if (!constant_batchnorm(g, is_const, bn)) return nullptr;
   const auto& x = g.value(bn.inputs[0]);
-  if (x.producer < 0 || x.producer_slot != 0 || x.users.size() != 1 || x.is_output || x.shape.size() < 2) return nullptr;
-  const int64_t K = x.shape[1];
-  for (size_t i = 1; i < 5; ++i) {
-    const int v = bn.inputs[i];
-    if (v < 0) continue;
-    if (!is_const[v] || !f32(g, v) || g.value(v).shape != std::vector<int64_t>{K}) return nullptr;
-  }
-  if (!f32(g, bn.inputs[0]) || !f32(g, bn.outputs[0])) return nullptr;
+  if (x.producer < 0 || x.producer_slot != 0 || x.users.size() != 1 || x.is_output) return nullptr;
   const Node& p = g.node(x.producer);
   for (int v : p.inputs)
     if (!f32(g, v)) return nullptr;
@@ -49,6 +40,22 @@ const Node* foldable_producer(const Graph& g, const std::vector<char>& is_const,
 
 }  // namespace
 
+bool constant_batchnorm(const Graph& g, const std::vector<char>& is_const, const Node& bn) {
+  if (bn.op != kBatchNorm) return false;
+  if (bn.inputs.size() < 5 || bn.outputs.empty() || bn.inputs[0] < 0 || bn.inputs[3] < 0 || bn.inputs[4] < 0) return false;
+  for (size_t s = 1; s < bn.outputs.size(); ++s)
+    if (!g.value(bn.outputs[s]).users.empty() || g.value(bn.outputs[s]).is_output) return false;
+  const auto& x = g.value(bn.inputs[0]);
+  if (x.shape.size() < 2 || !f32(g, bn.inputs[0]) || !f32(g, bn.outputs[0])) return false;
+  const int64_t K = x.shape[1];
+  for (size_t i = 1; i < 5; ++i) {
+    const int v = bn.inputs[i];
+    if (v < 0) continue;
+    if (!is_const[v] || !f32(g, v) || g.value(v).shape != std::vector<int64_t>{K}) return false;
+  }
+  return true;
+}
+
 std::pair<int, int> emit_batchnorm_scale_shift(GraphRebuilder& rb, const Node& n) {
   int stddev = rb.unary("sqrt", rb.binary("add", rb.map(n.inputs[4]), rb.scalar(static_cast<float>(n.attr_float("eps")))));
   int s = n.inputs[1] >= 0 ? rb.binary("div", rb.map(n.inputs[1]), stddev) : rb.unary("reciprocal", stddev);
@@ -61,8 +68,7 @@ Graph fold_batchnorm(const Graph& g, int* folded) {
   const auto is_const = compile_time_values(g);
   std::map<int, int> bn_of;  // producer node -> batch norm node
   for (const Node& n : g.nodes())
-    if (n.op == kBatchNorm)
-      if (const Node* p = foldable_producer(g, is_const, n)) bn_of[p->id] = n.id;
+    if (const Node* p = foldable_producer(g, is_const, n)) bn_of[p->id] = n.id;
   GraphRebuilder rb(g);
   std::map<int, int> producer_of;  // batch norm node -> producer node
   for (const auto& [p, bn] : bn_of) producer_of[bn] = p;

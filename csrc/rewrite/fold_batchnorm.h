@@ -12,6 +12,7 @@
 // values up to fp32 rounding; run fold_constants afterwards to evaluate the new weights.
 #pragma once
 #include <utility>
+#include <vector>
 
 #include "ecg/graph.h"
 
@@ -19,6 +20,11 @@ namespace dnnfusion::rewrite {
 
 // `folded` (optional) receives the number of batch norms folded.
 ecg::Graph fold_batchnorm(const ecg::Graph& g, int* folded = nullptr);
+
+// Whether `bn` is an inference batch norm whose output 0 alone is used, over a float32 input of
+// rank >= 2 (K = dim 1 channels), with running mean and variance present and every parameter
+// compile-time, float32, of shape [K]: the precondition of both ways to remove it.
+bool constant_batchnorm(const ecg::Graph& g, const std::vector<char>& is_const, const ecg::Node& bn);
 
 class GraphRebuilder;
 // For inference batch norm node `bn` of rb.src() (running mean and variance present): emits
