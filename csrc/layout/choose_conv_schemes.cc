@@ -92,19 +92,20 @@ struct ConvVar {
   }
 };
 
-// (ic_bn, oc_bn) pairs: blocks the ISA vectorizes that divide the channels; a narrow input that no
-// block divides (the RGB image) is one block of all its channels.
+// (ic_bn, oc_bn) pairs: blocks the ISA vectorizes that fit the channels (block_fits: divide them
+// or pad them by at most half); a narrow input that no block fits (the RGB image) is one block of
+// all its channels.
 std::vector<std::pair<int, int>> block_pairs(const Conv2dShape& s, kernels::Isa isa) {
   std::vector<std::pair<int, int>> out;
   for (int oc : oc_blocks(isa)) {
-    if (s.K % oc) continue;
+    if (!block_fits(s.K, oc)) continue;
     if (depthwise(s)) {
       out.push_back({oc, oc});
       continue;
     }
     bool any = false;
     for (int ic : oc_blocks(isa))
-      if (s.C % ic == 0) out.push_back({ic, oc}), any = true;
+      if (block_fits(s.C, ic)) out.push_back({ic, oc}), any = true;
     if (!any && s.C <= 64) out.push_back({static_cast<int>(s.C), oc});
   }
   return out;
@@ -230,10 +231,13 @@ class Chooser {
  private:
   ConvScheme default_scheme(const ConvVar& v) const {
     const auto d = kernels::conv_nchwc_default_knobs(v.s, kernels::active_isa());
-    for (const auto& c : v.cands)  // the kernel's default pair when it divides the channels
+    for (const auto& c : v.cands)  // the kernel's default pair when it fits the channels
       if (c.knobs.oc_bn == d.oc_bn && c.knobs.ic_bn == d.ic_bn) return {d.ic_bn, d.oc_bn, d.reg_n, d.unroll_ker};
-    const auto& k = v.cands.back().knobs;  // else the widest block that does
-    return {k.ic_bn, k.oc_bn, k.reg_n, k.unroll_ker};
+    const Candidate* pick = &v.cands.back();  // else the default oc_bn with the widest ic_bn, else the widest pair
+    for (const auto& c : v.cands)
+      if (c.knobs.oc_bn == d.oc_bn && (pick->knobs.oc_bn != d.oc_bn || c.knobs.ic_bn > pick->knobs.ic_bn)) pick = &c;
+    const auto& k = pick->knobs;
+    return {k.ic_bn, k.oc_bn, k.oc_bn == d.oc_bn ? d.reg_n : k.reg_n, k.unroll_ker};
   }
 
   // Fills candidate times from the database, measuring (tune) what it lacks.
@@ -374,9 +378,9 @@ ConvSchemeFn ConvSchemes::fn() const {
     if (adaptive.count(n.id) && input_block > 0 && input_block != sc.ic_bn) {
       const int64_t C = g.value(n.inputs[0]).shape[1];
       const bool dw = n.attr_int("groups", 1) > 1;
-      if (C % input_block == 0 && !dw) {
+      if (block_fits(C, input_block) && !dw) {
         sc.ic_bn = input_block;
-      } else if (dw && C % input_block == 0) {
+      } else if (dw && block_fits(C, input_block)) {
         const auto isa = kernels::active_isa();
         const auto shape = blockable_conv(g, n);
         const auto blocks = oc_blocks(isa);

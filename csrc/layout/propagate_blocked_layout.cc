@@ -15,7 +15,15 @@ namespace dnnfusion::layout {
 using ecg::Graph;
 using ecg::Node;
 
+bool block_fits(int64_t C, int b) {
+  if (b <= 0 || C <= 0) return false;
+  const int64_t padded = (C + b - 1) / b * b;
+  return padded == C || 2 * padded <= 3 * C;
+}
+
 namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 bool is_elementwise(const Node& n) {
   if (!n.info || n.info->mapping != ecg::MappingType::OneToOne) return false;
@@ -55,9 +63,9 @@ class Propagator {
   }
 
  private:
-  // A blocked tensor's shape: [N, C/b, H, W, b].
+  // A blocked tensor's shape: [N, ceil(C/b), H, W, b].
   static std::vector<int64_t> blocked_shape(const std::vector<int64_t>& s, int b) {
-    return {s[0], s[1] / b, s[2], s[3], b};
+    return {s[0], ceil_div(s[1], b), s[2], s[3], b};
   }
 
   // Block of source value v's blocked form, 0 if it has none.
@@ -72,9 +80,14 @@ class Propagator {
       const auto& s = g_.value(v).shape;
       const int b = home_.at(v);
       const int nv = blocked_.at({v, b});
-      const int p = rb_.add("permute", {nv}, {s[0], s[1] / b, b, s[2], s[3]}, g_.value(v).dtype,
+      const int64_t cb = ceil_div(s[1], b);
+      const int p = rb_.add("permute", {nv}, {s[0], cb, b, s[2], s[3]}, g_.value(v).dtype,
                             {{"dims", std::vector<int64_t>{0, 1, 4, 2, 3}}});
-      rb_.replace(v, rb_.view(p, s));
+      int plain_v = rb_.view(p, {s[0], cb * b, s[2], s[3]});
+      if (cb * b != s[1])  // drop the padded channels
+        plain_v = rb_.add("slice", {plain_v}, s, g_.value(v).dtype,
+                          {{"dim", int64_t{1}}, {"start", int64_t{0}}, {"end", s[1]}, {"step", int64_t{1}}});
+      rb_.replace(v, plain_v);
       if (!reblocking_) ++st_.to_plain;
     }
     return rb_.map(v);
@@ -89,7 +102,7 @@ class Propagator {
     const bool activation = !g_.value(v).is_compile_time();
     int nv;
     if (const int a = block_of(v); a && s[1] == C) {
-      if (a % b == 0 || b % a == 0) {
+      if ((a % b == 0 || b % a == 0) && ceil_div(C, a) * a == ceil_div(C, b) * b) {
         nv = reblock(blocked_.at({v, a}), s, a, b);
       } else {
         // Through NCHW: two loops, as the channel split of one block is no strided view of the other.
@@ -109,11 +122,12 @@ class Propagator {
     return nv;
   }
 
-  // [N, C/a, H, W, a] -> [N, C/b, H, W, b] where one block divides the other: one permute (one
-  // loop) between views that split and merge contiguous dimensions (aliases). Going through NCHW
-  // would need two loops: the NCHW view of a blocked tensor merges dimensions no stride describes.
+  // [N, C/a, H, W, a] -> [N, C/b, H, W, b] where one block divides the other (and both pad C to
+  // the same count Cp): one permute (one loop) between views that split and merge contiguous
+  // dimensions (aliases). Going through NCHW would need two loops: the NCHW view of a blocked
+  // tensor merges dimensions no stride describes.
   int reblock(int src, const std::vector<int64_t>& s, int a, int b) {
-    const int64_t N = s[0], C = s[1], H = s[2], W = s[3];
+    const int64_t N = s[0], C = ceil_div(s[1], a) * a, H = s[2], W = s[3];
     const DType dt = rb_.dtype(src);
     if (a > b) {  // split each a-block into k = a/b consecutive b-blocks
       const int64_t k = a / b;
@@ -128,7 +142,11 @@ class Propagator {
   }
 
   int to_blocked(int nv, const std::vector<int64_t>& s, int b) {
-    const int r = rb_.view(nv, {s[0], s[1] / b, b, s[2], s[3]});
+    const int64_t cb = ceil_div(s[1], b);
+    if (cb * b != s[1])  // zero channels up to whole blocks
+      nv = rb_.add("constant_pad_nd", {nv}, {s[0], cb * b, s[2], s[3]}, rb_.dtype(nv),
+                   {{"pad", std::vector<int64_t>{0, 0, 0, 0, 0, cb * b - s[1]}}, {"value", 0.0}});
+    const int r = rb_.view(nv, {s[0], cb, b, s[2], s[3]});
     return rb_.add("permute", {r}, blocked_shape(s, b), rb_.dtype(nv), {{"dims", std::vector<int64_t>{0, 1, 3, 4, 2}}});
   }
 
@@ -156,7 +174,7 @@ class Propagator {
     if (!sc) return false;
     const int64_t C = x[1], K = y.shape[1], groups = n.attr_int("groups", 1);
     const bool depthwise = groups > 1;
-    DNNF_CHECK(sc->ic_bn > 0 && sc->oc_bn > 0 && C % sc->ic_bn == 0 && K % sc->oc_bn == 0 &&
+    DNNF_CHECK(block_fits(C, sc->ic_bn) && block_fits(K, sc->oc_bn) &&
                    (!depthwise || (groups == C && C == K && sc->ic_bn == sc->oc_bn)) && (depthwise || groups == 1),
                "layout scheme for '", n.origin, "' does not fit the convolution (C=", C, " K=", K, " groups=", groups,
                " ic_bn=", sc->ic_bn, " oc_bn=", sc->oc_bn, ")");
@@ -168,7 +186,10 @@ class Propagator {
     attrs["in_channels"] = C;
     attrs["weight_shape"] = w.shape;
     const int xb = blocked(n.inputs[0], sc->ic_bn, C);
-    const int wp = rb_.add("conv2d_nchwc_pack_weight", {rb_.map(w.id)}, {w.numel()}, DType::Float32, attrs);
+    const int64_t kb = ceil_div(K, sc->oc_bn);
+    const int64_t packed = depthwise ? kb * sc->oc_bn * w.shape[2] * w.shape[3]
+                                     : kb * sc->oc_bn * ceil_div(C, sc->ic_bn) * sc->ic_bn * w.shape[2] * w.shape[3];
+    const int wp = rb_.add("conv2d_nchwc_pack_weight", {rb_.map(w.id)}, {packed}, DType::Float32, attrs);
     const int bias = n.input_or_absent(2) >= 0 ? rb_.map(n.inputs[2]) : -1;
     const int out = rb_.add("conv2d_nchwc", {xb, wp, bias}, blocked_shape(y.shape, sc->oc_bn), DType::Float32, attrs);
     set_blocked(y.id, out, sc->oc_bn);
@@ -187,7 +208,7 @@ class Propagator {
         b = block_of(v);
         break;
       }
-    if (!b || y.shape[1] % b) return false;
+    if (!b) return false;
     for (int v : n.inputs) {
       if (v < 0) continue;
       const auto& s = g_.value(v).shape;

@@ -10,6 +10,7 @@
 // Transforms are plain view ops (reshape + permute) so the fusion planner and code generator treat
 // them as index arithmetic: a transform next to an element-wise op fuses into it for free.
 // Precondition: the graph verifies; rewriting (BN folding in particular) is done.
+// Transforms to and from a padded block add a constant_pad_nd / slice of the channels.
 // Postcondition: the graph verifies, computes the same values (graph inputs/outputs keep their
 // NCHW shapes), and every accepted convolution is a conv2d_nchwc reading a packed weight produced
 // by a conv2d_nchwc_pack_weight node on the original (compile-time) weight, which constant folding
@@ -23,10 +24,18 @@
 
 namespace dnnfusion::layout {
 
+// Channel blocks need not divide the channels: a blocked tensor of C channels in blocks of b has
+// ceil(C/b) blocks, the last one padded. Padded lanes hold unspecified values (element-wise ops
+// compute on them, e.g. sigmoid(0) = 0.5); convolutions never read them, cat only joins tensors
+// whose channels fill their blocks, and the transform back to NCHW drops them. A block fits C
+// channels when it divides C or pads them by at most half: 24 channels run in one 32-lane block
+// (two zmm per position) instead of three 8-lane ones (half-width ymm), as ONNX Runtime does.
+bool block_fits(int64_t C, int b);
+
 // The per-convolution choice the layout search (or a heuristic) makes.
 struct ConvScheme {
-  int ic_bn = 0;          // input channel block (divides C; depthwise: = oc_bn)
-  int oc_bn = 0;          // output channel block (divides K)
+  int ic_bn = 0;          // input channel block (fits C, see block_fits; depthwise: = oc_bn)
+  int oc_bn = 0;          // output channel block (fits K)
   int reg_n = 0;          // kernel knobs, passed through to conv2d_nchwc
   bool unroll_ker = false;
 };

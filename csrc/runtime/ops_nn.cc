@@ -76,7 +76,8 @@ void run_conv(KernelCall& c) {
 
 // ---- NCHW[x]c convolution (csrc/layout puts these in) ----
 // The layout pass keeps the original conv attributes and adds ic_bn/oc_bn/reg_n/unroll_ker,
-// in_channels and weight_shape ([K, C/groups, R, S]). The activation is [N, C/ic_bn, H, W, ic_bn].
+// in_channels and weight_shape ([K, C/groups, R, S]). The activation is
+// [N, ceil(C/ic_bn), H, W, ic_bn] (the last block padded when ic_bn does not divide C).
 kernels::Conv2dShape nchwc_conv_shape(const Graph& g, const Node& n, bool with_input) {
   const auto ws = n.attr_ints("weight_shape");
   auto stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0}), dil = n.attr_ints("dilation", {1});
@@ -114,16 +115,17 @@ kernels::ConvNchwcKnobs nchwc_knobs(const Node& n) {
   return k;
 }
 
-std::string check_conv_nchwc_common(const Graph& g, const Node& n, bool with_input) {
+// packed: the packed weight value (the pack node's output, the conv's second input).
+std::string check_conv_nchwc_common(const Graph& g, const Node& n, bool with_input, int packed) {
   if (n.attr_ints("weight_shape", {}).size() != 4) return n.op + " without a 4-D weight_shape attribute";
   try {
     const auto s = nchwc_conv_shape(g, n, with_input);
     const auto k = nchwc_knobs(n);
     kernels::conv_nchwc_check(s, k, kernels::active_isa());
-    int64_t wn = 1;
-    for (auto d : n.attr_ints("weight_shape")) wn *= d;
-    if (kernels::conv_nchwc_packed_weight_floats(s, k) != wn)
-      return n.op + ": channel blocks must divide the channels (packed weight size differs from the weight's)";
+    const int64_t want = kernels::conv_nchwc_packed_weight_floats(s, k);
+    if (g.value(packed).numel() != want)
+      return detail::str_cat(n.op, ": the packed weight has ", g.value(packed).numel(), " floats, the blocks (ic_bn=",
+                             k.ic_bn, ", oc_bn=", k.oc_bn, ") need ", want);
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -132,12 +134,15 @@ std::string check_conv_nchwc_common(const Graph& g, const Node& n, bool with_inp
 
 std::string check_conv_nchwc(const Graph& g, const Node& n) {
   const auto& x = shp(g, n.inputs[0]);
-  if (x.size() != 5 || x[4] != n.attr_int("ic_bn", -1) || x[1] * x[4] != n.attr_int("in_channels", -1))
-    return "conv2d_nchwc input is not [N, C/ic_bn, H, W, ic_bn]";
-  return check_conv_nchwc_common(g, n, true);
+  const int64_t icb = n.attr_int("ic_bn", -1), C = n.attr_int("in_channels", -1);
+  if (x.size() != 5 || icb <= 0 || x[4] != icb || x[1] != (C + icb - 1) / icb)
+    return "conv2d_nchwc input is not [N, ceil(C/ic_bn), H, W, ic_bn]";
+  return check_conv_nchwc_common(g, n, true, n.inputs[1]);
 }
 
-std::string check_pack_weight(const Graph& g, const Node& n) { return check_conv_nchwc_common(g, n, false); }
+std::string check_pack_weight(const Graph& g, const Node& n) {
+  return check_conv_nchwc_common(g, n, false, n.outputs[0]);
+}
 
 void run_conv_nchwc(KernelCall& c) {
   const int b = c.n.input_or_absent(2);

@@ -92,6 +92,12 @@ void check(std::mt19937_64& rng, const Conv2dShape& s, const ConvNchwcKnobs& k, 
   const int x_bn = dw ? k.oc_bn : k.ic_bn;
   std::vector<float> xb(static_cast<size_t>(kernels::nchwc_floats(s.N, s.C, s.H, s.W, x_bn)));
   kernels::nchw_to_nchwc(x.data(), s.N, s.C, s.H, s.W, x_bn, xb.data(), par);
+  // Padded input lanes are never read: poison them (element-wise ops upstream may leave any value).
+  const int64_t Cb = (s.C + x_bn - 1) / x_bn;
+  for (int64_t i = 0; i < s.N * Cb * s.H * s.W; ++i)
+    if ((i / (s.H * s.W)) % Cb == Cb - 1)
+      for (int64_t c = s.C - (Cb - 1) * x_bn; c < x_bn; ++c)
+        xb[static_cast<size_t>(i * x_bn + c)] = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> pw(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(s, k)));
   kernels::conv_nchwc_pack_weight(s, k, w.data(), pw.data());
   const size_t yb_size = static_cast<size_t>(kernels::nchwc_floats(s.N, s.K, OH, OW, k.oc_bn));

@@ -24,6 +24,8 @@ constexpr int kMaxIcBn = 256;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+int64_t padded(int64_t C, int64_t b) { return ceil_div(C, b) * b; }
+
 bool is_depthwise(const Conv2dShape& s) { return s.groups > 1 && s.groups == s.C && s.K == s.C; }
 
 // 1x1 without padding: every tap is inside the image, so there are no tap loops and no borders.
@@ -63,7 +65,8 @@ void scalar_conv_tile(const NchwcTile& t) {
       for (int64_t kw = 0; kw < t.n_kw; ++kw) {
         const float* xk = t.x + cb * t.x_cb + kh * t.x_kh + kw * t.x_kw;
         const float* wk = t.w + cb * t.w_cb + kh * t.w_kh + kw * t.ic_bn * ocb;
-        for (int64_t ic = 0; ic < t.ic_bn; ++ic) {
+        const int64_t icn = cb + 1 == t.n_cb ? t.ic_last : t.ic_bn;
+        for (int64_t ic = 0; ic < icn; ++ic) {
           const float* wv = wk + ic * ocb;
           for (int j = 0; j < rn; ++j) {
             const float xs = xk[j * t.x_pos + ic];
@@ -165,12 +168,20 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
     // 12 positions needs a broadcast per FMA and measured ~35% slower on ResNet-50.
     k.oc_bn = 16;
     k.reg_n = 6;
-  } else if (isa == Isa::Avx512 && !dw && s.K > 16) {
+  } else if (isa == Isa::Avx512 && !dw && s.K > 16 && padded(s.K, 32) <= padded(s.K, 16) &&
+             2 * padded(s.K, 32) <= 3 * s.K) {
     // Measured on ResNet-50 (Zen 4, benchmarks/results/conv_kernels_*.txt): two zmm per position
     // x 7 positions beats one zmm x 14..28 on every 3x3 layer (halves the broadcasts per FMA and
-    // keeps the input window small), and 7 divides the 56/28/14/7 widths.
+    // keeps the input window small), and 7 divides the 56/28/14/7 widths. Taken while it pads no
+    // more channels than a 16-block would: 24 -> 32 beats three half-width 8-blocks, but 40 runs
+    // in three 16-blocks (48) rather than two 32-blocks (64).
     k.oc_bn = 32;
     k.reg_n = 7;
+  } else if (isa == Isa::Avx512 && s.K > 8 && 2 * padded(s.K, 16) <= 3 * s.K) {
+    // One zmm per position; an 8-block would use half-width ymm FMAs (half the FLOP/cycle), so
+    // padding up to half the channels (12, 24 (depthwise), 40, 72) still pays.
+    k.oc_bn = 16;
+    k.reg_n = 14;
   } else {
     // Narrow layers: a wide block would be mostly padding.
     k.oc_bn = s.K <= 8 ? 8 : 16;
@@ -401,6 +412,7 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
       t.n_kh = n_kh;
       t.n_kw = S;
       t.ic_bn = icb;
+      t.ic_last = dw ? icb : s.C - (Cb - 1) * icb;
       t.x_pos = s.stride_w * xb;
       t.x_kw = s.dil_w * xb;
       t.bias = bias ? bias_pad.data() + kb * ocb : nullptr;

@@ -4,7 +4,8 @@
 //
 // Layouts (b = block size, Cb = ceil(C/b) blocks; channel c lives in block c/b, lane c%b):
 //   activations NCHW[b]c: [N][Cb][H][W][b]. Channels >= C (the padding of the last block) hold 0
-//     in every tensor this family writes; inputs must hold finite values there (0 * inf is NaN).
+//     in every tensor this family writes (before the epilogue hook); the convolutions never read
+//     them from their input, so an input's padded lanes may hold anything (NaN included).
 //   packed weights (conv_nchwc_pack_weight): KCRS[ic_bn]c[oc_bn]k =
 //     [Kb][Cb][R][S][ic_bn][oc_bn], zero at padded channels; depthwise [Kb][R][S][oc_bn].
 // Kernel: for each (n, oc block, output row) the row is cut into tiles of at most reg_n positions

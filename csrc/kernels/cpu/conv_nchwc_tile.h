@@ -93,8 +93,9 @@ void conv_tile(const NchwcTile& t) {
   const float* xc = t.x;
   const float* wc = t.w;
   for (int64_t cb = 0; cb < t.n_cb; ++cb, xc += t.x_cb, wc += t.w_cb) {
+    const int64_t icn = cb + 1 == t.n_cb ? t.ic_last : ic_bn;
     if constexpr (K1) {
-      conv_tap<O, NV, RN>(xc, wc, ic_bn, x_pos, acc, pf);
+      conv_tap<O, NV, RN>(xc, wc, icn, x_pos, acc, pf);
     } else {
       const float* xr = xc;
       const float* wr = wc;
@@ -102,11 +103,11 @@ void conv_tile(const NchwcTile& t) {
         if constexpr (UNROLL) {
 #pragma GCC unroll 8
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc, pf);
+            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, acc, pf);
         } else {
 #pragma GCC unroll 1
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, ic_bn, x_pos, acc, pf);
+            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, acc, pf);
         }
       }
     }

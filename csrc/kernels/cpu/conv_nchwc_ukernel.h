@@ -26,6 +26,9 @@ struct NchwcTile {
   const float* w;
   int64_t w_cb, w_kh;
   int64_t n_cb, n_kh, n_kw, ic_bn;
+  // Channels the last chunk reads (ic_bn unless C is not a multiple of ic_bn): the padded lanes of
+  // a blocked input are never read, so whatever an upstream op left there cannot leak in.
+  int64_t ic_last;
   const float* bias;  // oc_bn floats or nullptr
   const float* res;   // rn x oc_bn floats (position stride oc_bn) or nullptr
   float* y;           // rn x oc_bn floats (position stride oc_bn)
