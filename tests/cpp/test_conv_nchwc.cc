@@ -170,6 +170,8 @@ const NamedCase kCases[] = {
     {"depthwise 3x3 s2 odd C", shape(1, 21, 13, 11, 21, 3, 3, 2, 1, 1, 21)},
     {"depthwise 5x5 dil2", shape(1, 8, 16, 16, 8, 5, 5, 1, 4, 2, 8)},
     {"depthwise 1x1", shape(1, 16, 6, 7, 16, 1, 1, 1, 0, 1, 16)},
+    {"depthwise 3x3 p3 narrow (edge taps all in padding)", shape(1, 16, 3, 2, 16, 3, 3, 1, 3, 1, 16)},
+    {"depthwise 7x7 s2 p3 dil2 wide", shape(1, 24, 9, 45, 24, 7, 7, 2, 3, 2, 24)},
 };
 
 // Knob sets exercised besides the default: small tiles (many remainders), two-vector blocks,
