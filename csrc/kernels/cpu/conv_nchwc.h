@@ -11,8 +11,12 @@
 // Kernel: for each (n, oc block, output row) the row is cut into tiles of at most reg_n positions
 // (balanced sizes); a tile keeps reg_n x oc_bn accumulators in registers and, per input channel,
 // loads one oc_bn-wide weight vector and broadcast-FMAs it with reg_n inputs. Loop order: oc block,
-// oh, ow tile, ic block, kh, kw, ic, ow (unrolled), oc lanes (vector). Tiles whose taps reach into the
-// width padding read a zero-padded staging copy of their input window, so tiles never bounds-check.
+// oh, ow tile, ic block, kh, kw, ic, ow (unrolled), oc lanes (vector). Tiles never bounds-check:
+// taps above/below the image are dropped per row; in width, a tile whose taps reach into the padding
+// reads a zero-padded staging copy of its input window, unless the whole input was first copied
+// with its padding made explicit (broadcast convs where that copy is smaller than the staging of
+// every output block's edge tiles: many output blocks, few rows), or (depthwise) each edge
+// position is a one-position tile over only the taps inside the image.
 // Variants: general (groups == 1: any kernel, stride, padding, dilation); 1x1 (no tap loops; with
 // stride 1 and no padding the whole output plane is one run of positions, so tiles span rows);
 // depthwise (groups == C == K: ic_bn == oc_bn, one vector FMA per tap and position). Other grouped
