@@ -49,7 +49,7 @@ TEST(PoolingNchwc, MatchesNchwKernelsOnRandomShapes) {
   std::mt19937_64 rng(test_seed());
   SerialParallel par;
   for (int it = 0; it < 60; ++it) {
-    const int64_t b = std::vector<int64_t>{1, 4, 8, 16}[rand_int(rng, 0, 3)];
+    const int64_t b = std::vector<int64_t>{1, 4, 8, 16, 32}[rand_int(rng, 0, 4)];
     const bool is_max = it % 2 == 0;
     const Pool2dShape s = random_shape(rng, b, is_max);
     auto x = random_vec(rng, static_cast<size_t>(s.N * s.C * s.H * s.W));

@@ -210,6 +210,11 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
     // in three 16-blocks (48) rather than two 32-blocks (64).
     k.oc_bn = 32;
     k.reg_n = 7;
+    // A 1x1 conv's tiles span rows, so 7 | width buys nothing there; once an output block's weight
+    // slice (C x 32 floats) outgrows L1 it streams from L2 once per tile, and 14 positions halve
+    // that (measured interleaved: 384->64 at 14x14 1.2-1.3x, 1024->256 at 14x14 1.14-1.19x,
+    // 960->160 at 7x7 1.08-1.11x; C <= 256 within noise either way).
+    if (is_flat(s) && s.C * k.oc_bn * 4 > 32 * 1024) k.reg_n = 14;
   } else if (isa == Isa::Avx512 && s.K > 8 && 2 * padded(s.K, 16) <= 3 * s.K) {
     // One zmm per position; an 8-block would use half-width ymm FMAs (half the FLOP/cycle), so
     // padding up to half the channels (12, 24 (depthwise), 40, 72) still pays.

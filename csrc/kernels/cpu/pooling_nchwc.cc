@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <emmintrin.h>
 #include <limits>
 #include <vector>
 
@@ -33,12 +35,56 @@ void for_rows(const Pool2dShape& s, int64_t b, float* y, const Parallel& par, co
   });
 }
 
+// One output row of max pooling with a compile-time block: each tap is B/4 SSE vectors (SSE2 is
+// x86-64's baseline, so this file needs no ISA dispatch; the op is bound by memory, not by vector
+// width). The generic loop below ran resnet50's 3x3/2 max-pool at ~0.42 ms against ONNX Runtime's
+// 0.12 ms: a run-time lane count and a std::isnan call per lane kept it scalar. (GCC's generic
+// vector extension was 7x slower still: it lowers the select of a 128-byte vector through memory.)
+template <int B>
+void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out) {
+  constexpr int NV = B / 4;
+  int64_t i_lo = 0, i_hi = s.kh;  // taps inside the image in height, for the whole row
+  while (i_lo < s.kh && oh * s.sh - s.ph + i_lo * s.dh < 0) ++i_lo;
+  while (i_hi > i_lo && oh * s.sh - s.ph + (i_hi - 1) * s.dh >= s.H) --i_hi;
+  for (int64_t ow = 0; ow < s.OW; ++ow) {
+    int64_t j_lo = 0, j_hi = s.kw;
+    while (j_lo < s.kw && ow * s.sw - s.pw + j_lo * s.dw < 0) ++j_lo;
+    while (j_hi > j_lo && ow * s.sw - s.pw + (j_hi - 1) * s.dw >= s.W) --j_hi;
+    // PyTorch's rule: a larger value or a NaN replaces the running max, and a NaN sticks. maxps
+    // alone would drop a NaN at the next tap, so NaN lanes are tracked apart and OR-ed in at the
+    // end (all-ones bits: a NaN): three ops per tap instead of a compare-and-select's six.
+    __m128 acc[NV], nan[NV];
+    for (int v = 0; v < NV; ++v) {
+      acc[v] = _mm_set1_ps(-std::numeric_limits<float>::infinity());
+      nan[v] = _mm_setzero_ps();
+    }
+    for (int64_t i = i_lo; i < i_hi; ++i) {
+      const float* r = plane + ((oh * s.sh - s.ph + i * s.dh) * s.W + ow * s.sw - s.pw) * B;
+      for (int64_t j = j_lo; j < j_hi; ++j) {
+        const float* t = r + j * s.dw * B;
+        for (int v = 0; v < NV; ++v) {
+          const __m128 x = _mm_loadu_ps(t + 4 * v);
+          acc[v] = _mm_max_ps(acc[v], x);
+          nan[v] = _mm_or_ps(nan[v], _mm_cmpunord_ps(x, x));
+        }
+      }
+    }
+    for (int v = 0; v < NV; ++v) _mm_storeu_ps(out + ow * B + 4 * v, _mm_or_ps(acc[v], nan[v]));
+  }
+}
+
 }  // namespace
 
 void max_pool2d_nchwc(const Pool2dShape& s, int64_t b, const float* x, float* y, const Parallel& par,
                       const ElementHook* epilogue) {
   check(s, b, x, y, "max_pool2d_nchwc");
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  if (b == 8 || b == 16 || b == 32) {
+    auto row = b == 8 ? &max_row<8> : b == 16 ? &max_row<16> : &max_row<32>;
+    for_rows(s, b, y, par, epilogue,
+             [&](int64_t p, int64_t oh, float* out) { row(s, x + p * s.H * s.W * b, oh, out); });
+    return;
+  }
   for_rows(s, b, y, par, epilogue, [&](int64_t p, int64_t oh, float* out) {
     const float* plane = x + p * s.H * s.W * b;
     for (int64_t ow = 0; ow < s.OW; ++ow) {
