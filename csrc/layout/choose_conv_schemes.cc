@@ -60,7 +60,7 @@ std::optional<Conv2dShape> blockable_conv(const Graph& g, const Node& n) {
 bool depthwise(const Conv2dShape& s) { return s.groups > 1; }
 
 std::vector<int> oc_blocks(kernels::Isa isa) {
-  if (isa == kernels::Isa::Avx512) return {8, 16, 32};
+  if (isa == kernels::Isa::Avx512) return {8, 16, 32, 64};
   return {8, 16};
 }
 
@@ -68,7 +68,7 @@ std::vector<int> oc_blocks(kernels::Isa isa) {
 int heuristic_reg_n(kernels::Isa isa, int oc_bn) {
   if (isa == kernels::Isa::Scalar) return 8;
   if (isa == kernels::Isa::Avx2) return oc_bn == 16 ? 6 : 12;
-  return oc_bn == 32 ? 7 : 14;
+  return oc_bn >= 32 ? 7 : 14;
 }
 
 ConvNchwcKnobs heuristic_knobs(const Conv2dShape& s, int ic, int oc, kernels::Isa isa) {

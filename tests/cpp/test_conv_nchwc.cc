@@ -192,6 +192,8 @@ std::vector<ConvNchwcKnobs> knob_variants(const Conv2dShape& s, Isa isa) {
     add(32, 32, 14, true);
     add(8, 8, 28, true);
     add(3, 32, 3, false);
+    add(64, 64, 7, true);
+    add(16, 64, 4, false);
   } else if (isa == Isa::Avx2) {
     add(16, 16, 6, true);
     add(8, 8, 5, false);

@@ -21,7 +21,7 @@
 // stride 1 and no padding the whole output plane is one run of positions, so tiles span rows);
 // depthwise (groups == C == K: ic_bn == oc_bn, one vector FMA per tap and position). Other grouped
 // convs are not supported (conv_nchwc_supported says why; use conv2d_nchw).
-// ISA: AVX-512 (oc_bn 8/16/32), AVX2+FMA (oc_bn 8/16) or scalar (oc_bn 1..64), chosen at run time
+// ISA: AVX-512 (oc_bn 8/16/32/64), AVX2+FMA (oc_bn 8/16) or scalar (oc_bn 1..64), chosen at run time
 // from cpu_features (active_isa(), which tests and DNNFUSION_ISA can force). Knobs are ISA-specific
 // (register budget); packed weights depend only on the knobs.
 // Threads: Parallel::parallel_for over (n, oc block, output row or run segment).

@@ -1,7 +1,7 @@
 // AVX-512 tiles of the NCHW[x]c convolution family: oc_bn = 16 (one zmm per position, up to 28
 // positions: 28 accumulators + 1 weight vector of the 32 zmm; the broadcast is folded into the FMA's
-// memory operand), 32 (two zmm, up to 14 positions) and 8 (one ymm, 32 ymm with AVX-512VL, up to 28
-// positions). Compiled with -mavx512*; only reached through the getters below when cpu_features
+// memory operand), 32 (two zmm, up to 14 positions), 64 (four zmm, up to 7 positions: 28
+// accumulators + 4 weight vectors) and 8 (one ymm, 32 ymm with AVX-512VL, up to 28 positions). Compiled with -mavx512*; only reached through the getters below when cpu_features
 // says the CPU has AVX-512 (see conv_nchwc_ukernel.h for why the ops live in an anonymous namespace).
 #include <immintrin.h>
 
@@ -58,6 +58,7 @@ NchwcTileFn conv_tile_avx512(int oc_bn, int rn, bool k1, bool unroll) {
     case 8: return pick_conv_any<Ymm, 1, 28>(rn, k1, unroll);
     case 16: return pick_conv_any<Zmm, 1, 28>(rn, k1, unroll);
     case 32: return pick_conv_any<Zmm, 2, 14>(rn, k1, unroll);
+    case 64: return pick_conv_any<Zmm, 4, 7>(rn, k1, unroll);
     default: return nullptr;
   }
 }
@@ -67,6 +68,7 @@ NchwcTileFn dw_tile_avx512(int c_bn, int rn) {
     case 8: return pick_dw_tile<Ymm, 1, 28>(rn);
     case 16: return pick_dw_tile<Zmm, 1, 28>(rn);
     case 32: return pick_dw_tile<Zmm, 2, 14>(rn);
+    case 64: return pick_dw_tile<Zmm, 4, 7>(rn);
     default: return nullptr;
   }
 }
