@@ -69,6 +69,11 @@ struct SumC {
     else return a + b;
   }
 };
+// The sum behind a float mean: col_reduce adds float partial sums of a few rows into the double
+// accumulator (see there). Plain sums keep exact double accumulation: with cancellation their
+// result can be far smaller than the terms, while a mean's error stays relative to the terms' size.
+template <class In>
+struct ChunkedSumC : SumC<In, double> {};
 template <class In, class A>
 struct ProdC {
   using Acc = A;
@@ -138,6 +143,24 @@ typename C::Acc row_reduce(const C& c, const In* x, int64_t n) {
 template <class In, class C>
 void col_reduce(const C& c, const In* x, int64_t R, int64_t n, int64_t ld, typename C::Acc* acc) {
   for (int64_t i = 0; i < n; ++i) acc[i] = c.init();
+  if constexpr (std::is_same_v<C, ChunkedSumC<float>>) {
+    // Float sums of 32 rows at a time, each added into the double accumulator: float adds
+    // vectorise 4-wide here where float -> double conversions ran at a quarter of that (a
+    // squeeze-excitation mean over [1, 144/16, 56, 56, 16] took 0.17 ms, ~10 GB/s). Each 32-term
+    // float partial sum is off by at most ~32 ulp of the terms' magnitude, so the mean is too.
+    constexpr int64_t kChunk = 32;
+    float part[kInnerTile];
+    for (int64_t r0 = 0; r0 < R; r0 += kChunk) {
+      const int64_t r1 = std::min(R, r0 + kChunk);
+      for (int64_t i = 0; i < n; ++i) part[i] = 0.f;
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = x + r * ld;
+        for (int64_t i = 0; i < n; ++i) part[i] += row[i];
+      }
+      for (int64_t i = 0; i < n; ++i) acc[i] += static_cast<double>(part[i]);
+    }
+    return;
+  }
   for (int64_t r = 0; r < R; ++r) {
     const In* row = x + r * ld;
     for (int64_t i = 0; i < n; ++i) acc[i] = c.step(acc[i], row[i]);
@@ -287,7 +310,8 @@ void reduce_typed(ReduceOp op, const In* x, int64_t O, int64_t R, int64_t I, voi
     case ReduceOp::Mean:
     case ReduceOp::Var: {
       with_buffer(double{}, [&](double* acc) {
-        reduce_ORI<In>(SumC<In, double>{}, x, O, R, I, acc, par);
+        if (op == ReduceOp::Mean && std::is_same_v<In, float>) reduce_ORI<In>(ChunkedSumC<In>{}, x, O, R, I, acc, par);
+        else reduce_ORI<In>(SumC<In, double>{}, x, O, R, I, acc, par);
         const double inv = 1.0 / static_cast<double>(R);  // R == 0 gives NaN like torch
         for (int64_t k = 0; k < n_out; ++k) acc[k] = R == 0 ? std::numeric_limits<double>::quiet_NaN() : acc[k] * inv;
         if (op == ReduceOp::Mean) return;
