@@ -13,6 +13,7 @@
 #include "codegen/view_compose.h"
 #include "fusion/profile_db.h"
 #include "layout/choose_conv_schemes.h"
+#include "layout/fold_input_scale.h"
 #include "layout/pack_gemm_weights.h"
 #include "layout/propagate_blocked_layout.h"
 #include "layout/tuning_db.h"
@@ -178,6 +179,12 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       g = rewrite::remove_noops(g, &n);
       rec.changed = n > 0;
       rec.detail = std::to_string(n) + " no-ops removed";
+    });
+    run_pass("fold_input_scale", [&](PassRecord& rec) {
+      int n = 0;
+      g = layout::fold_input_scale(g, &n);
+      rec.changed = n > 0;
+      rec.detail = std::to_string(n) + " channel scales folded into conv weights";
     });
   }
   if (opts.pack_gemm_weights) {

@@ -137,6 +137,12 @@ std::string check_conv_nchwc(const Graph& g, const Node& n) {
   const int64_t icb = n.attr_int("ic_bn", -1), C = n.attr_int("in_channels", -1);
   if (x.size() != 5 || icb <= 0 || x[4] != icb || x[1] != (C + icb - 1) / icb)
     return "conv2d_nchwc input is not [N, ceil(C/ic_bn), H, W, ic_bn]";
+  if (n.input_or_absent(3) >= 0) {  // per-image input-channel scale (layout/fold_input_scale)
+    const auto& sc = shp(g, n.inputs[3]);
+    if (sc.size() != 5 || (sc[0] != 1 && sc[0] != x[0]) || sc[1] != x[1] || sc[2] != 1 || sc[3] != 1 || sc[4] != icb)
+      return "conv2d_nchwc input scale is not [N or 1, ceil(C/ic_bn), 1, 1, ic_bn]";
+    if (n.attr_int("groups", 1) != 1) return "conv2d_nchwc input scale needs groups == 1";
+  }
   return check_conv_nchwc_common(g, n, true, n.inputs[1]);
 }
 
@@ -146,6 +152,13 @@ std::string check_pack_weight(const Graph& g, const Node& n) {
 
 void run_conv_nchwc(KernelCall& c) {
   const int b = c.n.input_or_absent(2);
+  if (c.n.input_or_absent(3) >= 0) {
+    kernels::conv2d_nchwc_scaled_input(nchwc_conv_shape(c.g, c.n, true), nchwc_knobs(c.n), fin(c, 0), fin(c, 1), fin(c, 3),
+                                       shp(c.g, c.n.inputs[3])[0], b >= 0 ? fin(c, 2) : nullptr, nullptr,
+                                       kernels::Activation::None, fout(c, 0), c.par,
+                                       c.epilogue ? *c.epilogue : kernels::ElementHook{});
+    return;
+  }
   kernels::conv2d_nchwc(nchwc_conv_shape(c.g, c.n, true), nchwc_knobs(c.n), fin(c, 0), fin(c, 1),
                         b >= 0 ? fin(c, 2) : nullptr, nullptr, kernels::Activation::None, fout(c, 0), c.par,
                         c.epilogue ? *c.epilogue : kernels::ElementHook{});

@@ -413,5 +413,68 @@ TEST(ConvNchwc, InvalidShapesAndKnobsThrow) {
     }
 }
 
+// conv2d_nchwc_scaled_input == conv2d_nchwc of x * s: per-image and shared scales, padded
+// channels (NaN in the padded lanes of x and s), 1x1 and padded 3x3, an epilogue that must see
+// whole-batch start indices, every ISA.
+TEST(ConvNchwc, ScaledInputMatchesScaledActivation) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 304);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const Conv2dShape shapes[] = {shape(2, 24, 6, 7, 40, 1, 1, 1, 0), shape(3, 20, 5, 6, 16, 3, 3, 1, 1),
+                                shape(2, 32, 9, 9, 64, 3, 3, 2, 1)};
+  for (Isa isa : testing::isas_to_test())
+    for (const auto& s : shapes)
+      for (int64_t scale_batch : {int64_t{1}, s.N}) {
+        const ConvNchwcKnobs k = kernels::conv_nchwc_default_knobs(s, isa);
+        SCOPED_TRACE(describe(s, k) + " isa=" + kernels::isa_name(isa) + " scale_batch=" + std::to_string(scale_batch));
+        const int64_t Cb = (s.C + k.ic_bn - 1) / k.ic_bn, HW = s.H * s.W, OHW = s.OH() * s.OW();
+        const auto x = testing::random_vec(rng, static_cast<size_t>(s.N * s.C * HW));
+        const auto w = testing::random_vec(rng, static_cast<size_t>(s.K * s.C * s.R * s.S));
+        const auto bias = testing::random_vec(rng, static_cast<size_t>(s.K));
+        const auto sc = testing::random_vec(rng, static_cast<size_t>(scale_batch * s.C), 0.f, 2.f);
+        std::vector<float> xs(x.size());  // the reference: conv(x * s)
+        for (int64_t n = 0; n < s.N; ++n)
+          for (int64_t c = 0; c < s.C; ++c)
+            for (int64_t p = 0; p < HW; ++p)
+              xs[(n * s.C + c) * HW + p] = x[(n * s.C + c) * HW + p] * sc[(scale_batch > 1 ? n : 0) * s.C + c];
+        std::vector<float> ref(static_cast<size_t>(s.N * s.K * OHW));
+        reference::ref_conv2d_nchw(s, xs.data(), w.data(), bias.data(), ref.data(), Activation::None);
+        for (auto& v : ref) v = 2.f * std::max(v, 0.f) + 1.f;  // relu, then the hook
+
+        std::vector<float> xb(static_cast<size_t>(kernels::nchwc_floats(s.N, s.C, s.H, s.W, k.ic_bn)));
+        kernels::nchw_to_nchwc(x.data(), s.N, s.C, s.H, s.W, k.ic_bn, xb.data(), testing::kSerial);
+        std::vector<float> sb(static_cast<size_t>(scale_batch * Cb * k.ic_bn), nan);  // padded lanes NaN
+        for (int64_t n = 0; n < scale_batch; ++n)
+          for (int64_t c = 0; c < s.C; ++c) sb[n * Cb * k.ic_bn + c] = sc[n * s.C + c];
+        for (size_t i = 0; i < xb.size(); ++i)
+          if (static_cast<int64_t>(i / (HW * k.ic_bn)) % Cb == Cb - 1 &&
+              static_cast<int64_t>(i % k.ic_bn) >= s.C - (Cb - 1) * k.ic_bn)
+            xb[i] = nan;
+        std::vector<float> pw(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(s, k)));
+        kernels::conv_nchwc_pack_weight(s, k, w.data(), pw.data());
+        const size_t yb_size = static_cast<size_t>(kernels::nchwc_floats(s.N, s.K, s.OH(), s.OW(), k.oc_bn));
+        std::vector<float> yb(yb_size, nan);
+        HookLog log;
+        log.calls.reset(new std::atomic<int>[yb_size]);
+        for (size_t i = 0; i < yb_size; ++i) log.calls[i] = 0;
+        log.y = yb.data();
+        kernels::conv2d_nchwc_scaled_input(s, k, xb.data(), pw.data(), sb.data(), scale_batch, bias.data(), nullptr,
+                                           Activation::Relu, yb.data(), testing::kTwo, {&count_hook, &log}, isa);
+        EXPECT_EQ(log.bad_pointer.load(), 0) << "hook data != y + start";
+        size_t wrong = 0;
+        for (size_t i = 0; i < yb_size; ++i) wrong += log.calls[i].load() != 1;
+        EXPECT_EQ(wrong, 0u) << "elements not passed to the hook exactly once";
+        std::vector<float> y(ref.size());
+        kernels::nchwc_to_nchw(yb.data(), s.N, s.K, s.OH(), s.OW(), k.oc_bn, y.data(), testing::kSerial);
+        EXPECT_TRUE(testing::all_close(y.data(), ref.data(), ref.size()));
+      }
+  const Conv2dShape dw = shape(1, 16, 4, 4, 16, 3, 3, 1, 1, 1, 16);
+  std::vector<float> buf(4096);
+  EXPECT_THROW(kernels::conv2d_nchwc_scaled_input(dw, kernels::conv_nchwc_default_knobs(dw), buf.data(), buf.data(),
+                                                  buf.data(), 1, nullptr, nullptr, Activation::None, buf.data(),
+                                                  testing::kSerial),
+               Error);  // depthwise: not supported
+}
+
 }  // namespace
 }  // namespace dnnfusion

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "ecg/verifier.h"
+#include "layout/fold_input_scale.h"
 #include "layout/propagate_blocked_layout.h"
 #include "rewrite_test_util.h"
 
@@ -236,6 +237,53 @@ TEST(LayoutPropagate, PaddedBlocksAtTheEdgesAndReblocked) {
     EXPECT_EQ(count_op(out, "slice"), second_ic == 8 ? 2 : 1);  // via NCHW; the 12-channel output
     auto in = random_inputs(B.g, rng, -1.f, 1.f);
     EXPECT_TRUE(outputs_close(B.g, run_graph(B.g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
+  }
+}
+
+// A squeeze-and-excitation tail: mul(x, gate) feeding a 1x1 projection conv folds into it (the
+// conv scales its weights per image); not when the product has another user or the image is so
+// small that the weights outweigh it.
+ecg::Graph se_tail(GraphBuilder& B, int64_t hw, bool product_is_output) {
+  int x = B.input({2, 24, hw, hw});
+  int c1 = B.un("relu", B.conv(x, B.weight({48, 24, 1, 1}, 0.05f, 0.2f), B.weight({48})));
+  int gate = B.un("sigmoid", B.conv(B.reduce("mean", c1, {2, 3}, true), B.weight({48, 48, 1, 1}), B.weight({48})));
+  int se = B.bin("mul", c1, gate);
+  int proj = B.conv(se, B.weight({16, 48, 1, 1}, 0.05f, 0.2f), B.weight({16}));
+  if (product_is_output) B.out({proj, se});
+  else B.out({proj});
+  return B.g;
+}
+
+TEST(LayoutFoldInputScale, SqueezeExcitationGateFoldsIntoTheProjection) {
+  auto blocks16 = [](const ecg::Graph& g, const ecg::Node& n, int input_block) -> std::optional<ConvScheme> {
+    const int64_t C = g.value(n.inputs[0]).shape[1];
+    return ConvScheme{input_block ? input_block : (C % 16 == 0 ? 16 : 8), 16, 4, true};
+  };
+  struct Case {
+    int64_t hw;
+    bool product_is_output;
+    int folded;
+  };
+  for (const Case c : {Case{8, false, 1}, Case{8, true, 0}, Case{3, false, 0}}) {
+    SCOPED_TRACE("hw=" + std::to_string(c.hw) + " product_is_output=" + std::to_string(c.product_is_output));
+    std::mt19937_64 rng(testing::test_seed());
+    GraphBuilder B(rng);
+    ecg::Graph g = se_tail(B, c.hw, c.product_is_output);
+    ecg::Graph blocked = fold(layout::propagate_blocked_layout(g, blocks16));
+    int folded = -1;
+    ecg::Graph out = layout::fold_input_scale(blocked, &folded);
+    ecg::verify_graph(out);
+    EXPECT_EQ(folded, c.folded);
+    EXPECT_EQ(count_op(out, "mul"), count_op(blocked, "mul") - c.folded);
+    int scaled_convs = 0;
+    for (const auto& n : out.nodes())
+      if (n.op == "conv2d_nchwc" && n.input_or_absent(3) >= 0) {
+        ++scaled_convs;
+        EXPECT_EQ(out.value(n.inputs[3]).shape, (std::vector<int64_t>{2, 3, 1, 1, 16}));  // per-image gate
+      }
+    EXPECT_EQ(scaled_convs, c.folded);
+    auto in = random_inputs(g, rng, -1.f, 1.f);
+    EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
   }
 }
 

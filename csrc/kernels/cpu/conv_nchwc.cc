@@ -582,4 +582,55 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
   });
 }
 
+namespace {
+struct OffsetHook {  // an epilogue for one image of a batch: its start indices shifted to the image
+  ElementHook inner;
+  int64_t offset;
+};
+void offset_hook(const void* ctx, float* data, int64_t start, int64_t count) {
+  const auto* h = static_cast<const OffsetHook*>(ctx);
+  h->inner(data, start + h->offset, count);
+}
+}  // namespace
+
+void conv2d_nchwc_scaled_input(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
+                               const float* packed_w, const float* in_scale, int64_t scale_batch,
+                               const float* bias, const float* residual, Activation act, float* y,
+                               const Parallel& par, ElementHook epilogue, Isa isa) {
+  conv_nchwc_check(s, k, isa);
+  DNNF_CHECK(s.groups == 1, "conv2d_nchwc_scaled_input: groups must be 1 (got ", s.groups, ")");
+  DNNF_CHECK(in_scale != nullptr, "conv2d_nchwc_scaled_input: in_scale must not be null");
+  DNNF_CHECK(scale_batch == 1 || scale_batch == s.N, "conv2d_nchwc_scaled_input: scale_batch must be 1 or N=", s.N,
+             " (got ", scale_batch, ")");
+  const int64_t icb = k.ic_bn, ocb = k.oc_bn, Cb = ceil_div(s.C, icb), Kb = ceil_div(s.K, ocb);
+  const int64_t rows = Kb * Cb * s.R * s.S;  // weight rows of ic_bn x oc_bn floats
+  const int64_t wn = conv_nchwc_packed_weight_floats(s, k);
+  const int64_t x_img = Cb * s.H * s.W * icb, y_img = Kb * s.OH() * s.OW() * ocb;
+  thread_local std::vector<float> scaled;
+  if (scaled.size() < static_cast<size_t>(wn)) scaled.resize(static_cast<size_t>(wn));
+  Conv2dShape one = s;
+  one.N = 1;
+  for (int64_t n = 0; n < s.N; ++n) {
+    if (n == 0 || scale_batch > 1) {
+      const float* sc = in_scale + (scale_batch > 1 ? n : 0) * Cb * icb;
+      float* dst = scaled.data();
+      par.parallel_for(rows, std::max<int64_t>(1, 4096 / (icb * ocb)), [&](int64_t b, int64_t e) {
+        for (int64_t r = b; r < e; ++r) {
+          const int64_t cb = (r / (s.R * s.S)) % Cb;
+          const float* src = packed_w + r * icb * ocb;
+          float* d = dst + r * icb * ocb;
+          for (int64_t ic = 0; ic < icb; ++ic) {
+            const float f = cb * icb + ic < s.C ? sc[cb * icb + ic] : 0.f;  // padded lanes: unread
+            for (int64_t o = 0; o < ocb; ++o) d[ic * ocb + o] = src[ic * ocb + o] * f;
+          }
+        }
+      });
+    }
+    OffsetHook shifted{epilogue, n * y_img};
+    ElementHook hook = epilogue ? ElementHook{&offset_hook, &shifted} : ElementHook{};
+    conv2d_nchwc(one, k, x + n * x_img, scaled.data(), bias, residual ? residual + n * y_img : nullptr, act,
+                 y + n * y_img, par, hook, isa);
+  }
+}
+
 }  // namespace dnnfusion::kernels

@@ -102,4 +102,18 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
                   float* y, const Parallel& par, ElementHook epilogue = {},
                   Isa isa = active_isa());
 
+// conv2d_nchwc of (x * in_scale) without materializing the product: per image, the packed
+// weights' input-channel rows are scaled (conv(x * s, w) = conv(x, w * s) per input channel, zero
+// padding included) into a per-thread scratch copy, then conv2d_nchwc runs on that image. Pays
+// when the weights are smaller than the activation (a squeeze-and-excitation gate feeding the
+// projection conv: K x C weights against H x W x C activations). in_scale: NCHW[ic_bn]c-blocked
+// [N or 1][ceil(C/ic_bn)][1][1][ic_bn] (scale_batch: 1 when one scale serves every image, else N);
+// padded lanes are never read. groups == 1 only (throws otherwise). The epilogue sees the same
+// start indices as conv2d_nchwc's (into the whole N-image y).
+void conv2d_nchwc_scaled_input(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
+                               const float* packed_w, const float* in_scale, int64_t scale_batch,
+                               const float* bias, const float* residual, Activation act, float* y,
+                               const Parallel& par, ElementHook epilogue = {},
+                               Isa isa = active_isa());
+
 }  // namespace dnnfusion::kernels
