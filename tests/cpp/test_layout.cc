@@ -287,6 +287,36 @@ TEST(LayoutFoldInputScale, SqueezeExcitationGateFoldsIntoTheProjection) {
   }
 }
 
+// A dense block's concatenation of a 64-wide-block tensor (a stem conv) and 32-wide-block ones
+// (growth convs) runs in 32-wide blocks: the stem output is re-blocked once, nothing goes to NCHW.
+TEST(LayoutPropagate, ConcatOfMixedBlocksUsesTheNarrowest) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  int x = B.input({1, 8, 6, 6});
+  int stem = B.conv(x, B.weight({64, 8, 3, 3}, 0.05f, 0.2f), -1, 1, 1);
+  int g1 = B.conv(stem, B.weight({32, 64, 3, 3}, 0.05f, 0.2f), -1, 1, 1);
+  int cat1 = B.node("cat", {stem, g1}, {1, 96, 6, 6}, {{"dim", int64_t{1}}});
+  int g2 = B.conv(cat1, B.weight({32, 96, 1, 1}, 0.05f, 0.2f), -1);
+  int cat2 = B.node("cat", {stem, g1, g2}, {1, 128, 6, 6}, {{"dim", int64_t{1}}});
+  B.out({B.conv(cat2, B.weight({16, 128, 1, 1}, 0.05f, 0.2f), -1)});
+  auto scheme = [](const ecg::Graph& g, const ecg::Node& n, int input_block) -> std::optional<ConvScheme> {
+    const int64_t K = g.value(n.outputs[0]).shape[1];
+    return ConvScheme{input_block ? input_block : 8, K == 64 ? 64 : K == 16 ? 16 : 32, 4, true};
+  };
+  LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(B.g, scheme, &st);
+  ecg::verify_graph(out);
+  EXPECT_EQ(count_op(out, "cat"), 2);
+  EXPECT_EQ(st.to_blocked, 1);  // the graph input
+  EXPECT_EQ(st.to_plain, 1);    // the graph output
+  EXPECT_EQ(st.reblocked, 1);   // the stem's 64-blocks into 32-blocks, once for both cats
+  for (const auto& n : out.nodes()) {
+    if (n.op == "cat") EXPECT_EQ(out.value(n.outputs[0]).shape.back(), 32);
+  }
+  auto in = random_inputs(B.g, rng, -1.f, 1.f);
+  EXPECT_TRUE(outputs_close(B.g, run_graph(B.g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
+}
+
 TEST(LayoutPropagate, ResidualBlockComputesTheSameValues) {
   std::mt19937_64 rng(testing::test_seed());
   GraphBuilder B(rng);
