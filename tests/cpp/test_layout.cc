@@ -311,7 +311,9 @@ TEST(LayoutPropagate, ConcatOfMixedBlocksUsesTheNarrowest) {
   EXPECT_EQ(st.to_plain, 1);    // the graph output
   EXPECT_EQ(st.reblocked, 1);   // the stem's 64-blocks into 32-blocks, once for both cats
   for (const auto& n : out.nodes()) {
-    if (n.op == "cat") EXPECT_EQ(out.value(n.outputs[0]).shape.back(), 32);
+    if (n.op == "cat") {
+      EXPECT_EQ(out.value(n.outputs[0]).shape.back(), 32);
+    }
   }
   auto in = random_inputs(B.g, rng, -1.f, 1.f);
   EXPECT_TRUE(outputs_close(B.g, run_graph(B.g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
