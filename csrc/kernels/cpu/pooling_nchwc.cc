@@ -40,9 +40,13 @@ void for_rows(const Pool2dShape& s, int64_t b, float* y, const Parallel& par, co
 // width). The generic loop below ran resnet50's 3x3/2 max-pool at ~0.42 ms against ONNX Runtime's
 // 0.12 ms: a run-time lane count and a std::isnan call per lane kept it scalar. (GCC's generic
 // vector extension was 7x slower still: it lowers the select of a 128-byte vector through memory.)
+// Lanes [lane0, lane0 + B) of blocks of `b` floats (a 64-wide block runs as two 32-lane halves:
+// 16 xmm accumulators + 16 NaN masks would not fit SSE's 16 registers).
 template <int B>
-void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out) {
+void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out, int64_t b, int64_t lane0) {
   constexpr int NV = B / 4;
+  plane += lane0;
+  out += lane0;
   int64_t i_lo = 0, i_hi = s.kh;  // taps inside the image in height, for the whole row
   while (i_lo < s.kh && oh * s.sh - s.ph + i_lo * s.dh < 0) ++i_lo;
   while (i_hi > i_lo && oh * s.sh - s.ph + (i_hi - 1) * s.dh >= s.H) --i_hi;
@@ -59,9 +63,9 @@ void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out) {
       nan[v] = _mm_setzero_ps();
     }
     for (int64_t i = i_lo; i < i_hi; ++i) {
-      const float* r = plane + ((oh * s.sh - s.ph + i * s.dh) * s.W + ow * s.sw - s.pw) * B;
+      const float* r = plane + ((oh * s.sh - s.ph + i * s.dh) * s.W + ow * s.sw - s.pw) * b;
       for (int64_t j = j_lo; j < j_hi; ++j) {
-        const float* t = r + j * s.dw * B;
+        const float* t = r + j * s.dw * b;
         for (int v = 0; v < NV; ++v) {
           const __m128 x = _mm_loadu_ps(t + 4 * v);
           acc[v] = _mm_max_ps(acc[v], x);
@@ -69,7 +73,7 @@ void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out) {
         }
       }
     }
-    for (int v = 0; v < NV; ++v) _mm_storeu_ps(out + ow * B + 4 * v, _mm_or_ps(acc[v], nan[v]));
+    for (int v = 0; v < NV; ++v) _mm_storeu_ps(out + ow * b + 4 * v, _mm_or_ps(acc[v], nan[v]));
   }
 }
 
@@ -79,10 +83,12 @@ void max_pool2d_nchwc(const Pool2dShape& s, int64_t b, const float* x, float* y,
                       const ElementHook* epilogue) {
   check(s, b, x, y, "max_pool2d_nchwc");
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  if (b == 8 || b == 16 || b == 32) {
+  if (b == 8 || b == 16 || b % 32 == 0) {
     auto row = b == 8 ? &max_row<8> : b == 16 ? &max_row<16> : &max_row<32>;
-    for_rows(s, b, y, par, epilogue,
-             [&](int64_t p, int64_t oh, float* out) { row(s, x + p * s.H * s.W * b, oh, out); });
+    const int64_t part = std::min<int64_t>(b, 32);
+    for_rows(s, b, y, par, epilogue, [&](int64_t p, int64_t oh, float* out) {
+      for (int64_t l = 0; l < b; l += part) row(s, x + p * s.H * s.W * b, oh, out, b, l);
+    });
     return;
   }
   for_rows(s, b, y, par, epilogue, [&](int64_t p, int64_t oh, float* out) {
