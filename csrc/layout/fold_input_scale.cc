@@ -1,6 +1,7 @@
 #include "layout/fold_input_scale.h"
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "rewrite/graph_edit.h"
 
@@ -47,12 +48,12 @@ Match match(const Graph& g, const Node& m) {
 
 Graph fold_input_scale(const Graph& g, int* folded) {
   std::unordered_map<int, Match> by_conv;  // conv node -> the mul folded into it
-  std::unordered_map<int, int> skip;       // folded mul nodes
+  std::unordered_set<int> skip;            // folded mul nodes
   for (const Node& n : g.nodes()) {
     const Match m = match(g, n);
     if (m.conv < 0) continue;
     by_conv[m.conv] = m;
-    skip[n.id] = 1;
+    skip.insert(n.id);
   }
   if (folded) *folded = static_cast<int>(by_conv.size());
   if (by_conv.empty()) return g;

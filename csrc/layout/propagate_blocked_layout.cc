@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "ecg/op_registry.h"
+#include "kernels/cpu/conv_nchwc.h"
 #include "rewrite/graph_edit.h"
 
 namespace dnnfusion::layout {
@@ -15,11 +16,7 @@ namespace dnnfusion::layout {
 using ecg::Graph;
 using ecg::Node;
 
-bool block_fits(int64_t C, int b) {
-  if (b <= 0 || C <= 0) return false;
-  const int64_t padded = (C + b - 1) / b * b;
-  return padded == C || 2 * padded <= 3 * C;
-}
+bool block_fits(int64_t C, int b) { return kernels::nchwc_block_fits(C, b); }
 
 namespace {
 
@@ -186,9 +183,8 @@ class Propagator {
     attrs["in_channels"] = C;
     attrs["weight_shape"] = w.shape;
     const int xb = blocked(n.inputs[0], sc->ic_bn, C);
-    const int64_t kb = ceil_div(K, sc->oc_bn);
-    const int64_t packed = depthwise ? kb * sc->oc_bn * w.shape[2] * w.shape[3]
-                                     : kb * sc->oc_bn * ceil_div(C, sc->ic_bn) * sc->ic_bn * w.shape[2] * w.shape[3];
+    const kernels::Conv2dShape taps{1, C, w.shape[2], w.shape[3], K, w.shape[2], w.shape[3], 1, 1, 0, 0, 1, 1, groups};
+    const int64_t packed = kernels::conv_nchwc_packed_weight_floats(taps, {sc->ic_bn, sc->oc_bn, sc->reg_n, sc->unroll_ker});
     const int wp = rb_.add("conv2d_nchwc_pack_weight", {rb_.map(w.id)}, {packed}, DType::Float32, attrs);
     const int bias = n.input_or_absent(2) >= 0 ? rb_.map(n.inputs[2]) : -1;
     const int out = rb_.add("conv2d_nchwc", {xb, wp, bias}, blocked_shape(y.shape, sc->oc_bn), DType::Float32, attrs);

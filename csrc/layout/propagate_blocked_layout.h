@@ -30,6 +30,7 @@ namespace dnnfusion::layout {
 // whose channels fill their blocks, and the transform back to NCHW drops them. A block fits C
 // channels when it divides C or pads them by at most half: 24 channels run in one 32-lane block
 // (two zmm per position) instead of three 8-lane ones (half-width ymm), as ONNX Runtime does.
+// The rule is the kernel family's (kernels::nchwc_block_fits), so default knobs and layouts agree.
 bool block_fits(int64_t C, int b);
 
 // The per-convolution choice the layout search (or a heuristic) makes.

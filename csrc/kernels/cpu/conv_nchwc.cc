@@ -212,7 +212,7 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
     k.oc_bn = 64;
     k.reg_n = 7;
   } else if (isa == Isa::Avx512 && !dw && s.K > 16 && padded(s.K, 32) <= padded(s.K, 16) &&
-             2 * padded(s.K, 32) <= 3 * s.K) {
+             nchwc_block_fits(s.K, 32)) {
     // Measured on ResNet-50 (Zen 4, benchmarks/results/conv_kernels_*.txt): two zmm per position
     // x 7 positions beats one zmm x 14..28 on every 3x3 layer (halves the broadcasts per FMA and
     // keeps the input window small), and 7 divides the 56/28/14/7 widths. Taken while it pads no
@@ -225,7 +225,7 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
     // that (measured interleaved: 384->64 at 14x14 1.2-1.3x, 1024->256 at 14x14 1.14-1.19x,
     // 960->160 at 7x7 1.08-1.11x; C <= 256 within noise either way).
     if (is_flat(s) && s.C * k.oc_bn * 4 > 32 * 1024) k.reg_n = 14;
-  } else if (isa == Isa::Avx512 && s.K > 8 && 2 * padded(s.K, 16) <= 3 * s.K) {
+  } else if (isa == Isa::Avx512 && s.K > 8 && nchwc_block_fits(s.K, 16)) {
     // One zmm per position; an 8-block would use half-width ymm FMAs (half the FLOP/cycle), so
     // padding up to half the channels (12, 24 (depthwise), 40, 72) still pays.
     k.oc_bn = 16;
@@ -276,6 +276,11 @@ std::vector<ConvNchwcKnobs> conv_nchwc_candidate_knobs(const Conv2dShape& s, Isa
         }
   }
   return out;
+}
+
+bool nchwc_block_fits(int64_t C, int b) {
+  if (b <= 0 || C <= 0) return false;
+  return padded(C, b) == C || 2 * padded(C, b) <= 3 * C;
 }
 
 int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {

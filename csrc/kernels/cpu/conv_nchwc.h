@@ -69,6 +69,12 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa = active_i
 // duplicates, every entry valid for s on isa.
 std::vector<ConvNchwcKnobs> conv_nchwc_candidate_knobs(const Conv2dShape& s, Isa isa = active_isa());
 
+// Whether a channel block of b lanes suits C channels: b divides C, or the last block pads C by at
+// most half (24 channels in one 32-lane block run at full vector width; 10 in a 16-lane block
+// would waste more than they gain). The layout search offers only such blocks, and the default
+// knobs only pick such blocks.
+bool nchwc_block_fits(int64_t C, int b);
+
 int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k);
 // w_kcrs: PyTorch weight [K][C/groups][R][S]. out: conv_nchwc_packed_weight_floats floats.
 void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs,
