@@ -14,6 +14,7 @@
 #include "fusion/profile_db.h"
 #include "layout/choose_conv_schemes.h"
 #include "layout/fold_input_scale.h"
+#include "layout/fuse_expand_depthwise.h"
 #include "layout/pack_gemm_weights.h"
 #include "layout/propagate_blocked_layout.h"
 #include "layout/tuning_db.h"
@@ -186,6 +187,15 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       rec.changed = n > 0;
       rec.detail = std::to_string(n) + " channel scales folded into conv weights";
     });
+    // A conv -> conv fusion: beyond TVM's rules (and off with fusion off), so DNNFusion mode only.
+    if (opts.fusion == fusion::Mode::DnnFusion && opts.fuse_expand_depthwise)
+      run_pass("fuse_expand_depthwise", [&](PassRecord& rec) {
+        int n = 0;
+        g = layout::fuse_expand_depthwise(g, &n);
+        result.expand_dw_fused = n;
+        rec.changed = n > 0;
+        rec.detail = std::to_string(n) + " 1x1 expand + depthwise convs fused";
+      });
   }
   if (opts.pack_gemm_weights) {
     run_pass("pack_gemm_weights", [&](PassRecord& rec) {

@@ -27,6 +27,9 @@ struct CompileOptions {
   // mm/addmm with a compile-time weight read it packed once (layout/pack_gemm_weights); false:
   // packed on every call (ablation; Python option pack_gemm_weights=False).
   bool pack_gemm_weights = true;
+  // 1x1 expand conv + activation + depthwise conv as one kernel (layout/fuse_expand_depthwise;
+  // DNNFusion mode with layout on); false for the ablation (Python option fuse_expand_depthwise).
+  bool fuse_expand_depthwise = true;
 };
 // Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::Error naming the valid ones.
 CompileOptions::Layout parse_layout_mode(const std::string& s);
@@ -59,6 +62,7 @@ struct Compiled {
   int convs_blocked = 0, layout_to_blocked = 0, layout_to_plain = 0, layout_reblocked = 0, layout_propagated = 0;
   std::string layout_method;       // how the conv schemes were chosen (SchemeReport::method)
   int convs_tuned_now = 0;         // (workload, block pair) entries measured by this compile
+  int expand_dw_fused = 0;         // 1x1 expand + depthwise conv chains run as one kernel
 };
 
 Compiled compile_graph(ecg::Graph g, const CompileOptions& opts);

@@ -161,6 +161,9 @@ class ExplainReport:
         lines.append(f"  activation transforms          : {tr[0]} to blocked, {tr[1]} to NCHW, {tr[2]} re-blocked")
         lines.append(f"  ops running on blocked tensors : {sum(r.get('layout_propagated', 0) for r in regs)}")
         lines.append(f"  GEMM weights packed at compile : {sum(r.get('gemms_packed', 0) for r in regs)}")
+        fused_ed = sum(r.get("expand_dw_fused", 0) for r in regs)
+        if fused_ed:
+            lines.append(f"  expand + depthwise convs fused : {fused_ed} (the expanded tensor is never written)")
         tuned = sum(r.get("convs_tuned_now", 0) for r in regs)
         if tuned:
             lines.append(f"  conv workloads tuned now       : {tuned} (stored in the tuning database)")

@@ -281,7 +281,8 @@ class Lowerer:
         g.set_outputs(out_ids)
         strides = [list(m.stride()) if not m.is_contiguous() else [] for m in metas]
         handle = _C.compile(g, self.opts.threads, strides, self.opts.fusion, self.opts.profile,
-                            self.opts.layout, self.opts.tune, self.opts.tuning_db, self.opts.pack_gemm_weights)
+                            self.opts.layout, self.opts.tune, self.opts.tuning_db, self.opts.pack_gemm_weights,
+                            self.opts.fuse_expand_depthwise)
         return handle, run_inputs, metas
 
 

@@ -16,6 +16,9 @@ VALID_OPTIONS = {
                  "'' = none (heuristic kernel knobs)",
     "pack_gemm_weights": "bool: pack linear-layer weights into the GEMM micro-kernel's panels once at compile time "
                          "(default True; False packs them on every call, for measuring what packing buys)",
+    "fuse_expand_depthwise": "bool: run a 1x1 expand conv, its activation and the depthwise conv after it as one "
+                             "kernel that never writes the expanded tensor (default True; DNNFusion mode with "
+                             "layout on; False for the ablation)",
     "prune": "float in (0, 1) or None: AukC channel pruning of that fraction at compile time, calibrated on the "
              "example inputs (default None: off)",
 }
@@ -33,6 +36,7 @@ class Options:
     tune: bool = False
     tuning_db: str = "<default>"
     pack_gemm_weights: bool = True
+    fuse_expand_depthwise: bool = True
     prune: float = None  # None: no compile-time pruning
 
 
@@ -68,6 +72,9 @@ def parse_options(options) -> Options:
     pack = options.get("pack_gemm_weights", True)
     if not isinstance(pack, bool):
         raise ValueError(f"dnnfusion: option 'pack_gemm_weights' must be True or False, got {pack!r}")
+    fuse_ed = options.get("fuse_expand_depthwise", True)
+    if not isinstance(fuse_ed, bool):
+        raise ValueError(f"dnnfusion: option 'fuse_expand_depthwise' must be True or False, got {fuse_ed!r}")
     prune = options.get("prune", None)
     if prune is not None:
         if isinstance(prune, bool) or not isinstance(prune, numbers.Real) or not 0.0 < prune < 1.0:
@@ -75,4 +82,4 @@ def parse_options(options) -> Options:
                              f"removed) or None, got {prune!r}")
         prune = float(prune)
     return Options(threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
-                   pack_gemm_weights=pack, prune=prune)
+                   pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, prune=prune)

@@ -95,6 +95,9 @@ std::vector<OpInfo> build_table() {
   add("convolution", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::Convolution);
   // NCHW[x]c convolution (csrc/layout): input [N][C/x][H][W][x], weight packed by the op below.
   add("conv2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
+  // 1x1 conv2d_nchwc + activation + depthwise conv2d_nchwc in one kernel (layout/fuse_expand_depthwise):
+  // inputs (x, expand packed weight, expand bias, depthwise packed weight, depthwise bias).
+  add("conv2d_nchwc_expand_dw", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
   // Pooling on NCHW[x]c activations (csrc/layout), attributes as max_pool2d / avg_pool2d.
   add("max_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
   add("avg_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
@@ -165,7 +168,13 @@ int64_t node_flops(const Graph& g, const Node& n) {
       int64_t per_out = 2;
       const auto w = n.attr_ints("weight_shape");  // the original [K, C/groups, R, S]
       for (size_t i = 1; i < w.size(); ++i) per_out *= w[i];
-      return per_out * out_numel();
+      int64_t flops = per_out * out_numel();
+      if (n.has_attr("expand_weight_shape")) {  // the fused 1x1 expand, over the input's positions
+        const auto we = n.attr_ints("expand_weight_shape");
+        const auto& x = g.value(n.inputs[0]).shape;  // [N, Cb, H, W, b]
+        flops += 2 * we.at(0) * we.at(1) * x.at(0) * x.at(2) * x.at(3);
+      }
+      return flops;
     }
     case FlopModel::Convolution: {
       const auto& w = g.value(n.inputs[1]).shape;  // [K, C/groups, R, S...]

@@ -112,7 +112,8 @@ std::shared_ptr<Region> get_region(int64_t h) {
 
 int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<int64_t>>& out_strides,
                        const std::string& fusion, bool profile, const std::string& layout, bool tune,
-                       const std::string& tuning_db, bool pack_gemm_weights) {
+                       const std::string& tuning_db, bool pack_gemm_weights,
+                       bool fuse_expand_depthwise) {
   auto r = std::make_shared<Region>();
   r->keep_alive = pg.keep_alive;
   r->out_strides = out_strides;
@@ -124,6 +125,7 @@ int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<i
   opts.tune = tune;
   opts.tuning_db = tuning_db;
   opts.pack_gemm_weights = pack_gemm_weights;
+  opts.fuse_expand_depthwise = fuse_expand_depthwise;
   r->compiled = compile_graph(pg.g, opts);
   int64_t h = g_next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lk(g_regions_mu);
@@ -205,6 +207,7 @@ py::dict region_stats(int64_t h) {
   d["codegen_compile_ms"] = c.codegen_compile_ms;
   d["convs_blocked"] = c.convs_blocked;
   d["gemms_packed"] = c.gemms_packed;
+  d["expand_dw_fused"] = c.expand_dw_fused;
   d["layout_transforms"] = py::make_tuple(c.layout_to_blocked, c.layout_to_plain, c.layout_reblocked);
   d["layout_propagated"] = c.layout_propagated;
   d["layout_method"] = c.layout_method;
@@ -358,7 +361,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("compile", &compile_region, py::arg("graph"), py::arg("threads") = 0,
         py::arg("out_strides") = std::vector<std::vector<int64_t>>{}, py::arg("fusion") = "dnnfusion",
         py::arg("profile") = true, py::arg("layout") = "global", py::arg("tune") = false,
-        py::arg("tuning_db") = "<default>", py::arg("pack_gemm_weights") = true);
+        py::arg("tuning_db") = "<default>", py::arg("pack_gemm_weights") = true,
+        py::arg("fuse_expand_depthwise") = true);
   m.def("release", [](int64_t h) {
     std::lock_guard<std::mutex> lk(g_regions_mu);
     g_regions.erase(h);

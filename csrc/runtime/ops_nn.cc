@@ -1,11 +1,13 @@
 // Neural-network ops bound to their kernel families: convolution, GEMM-based ops (addmm, mm,
 // bmm, baddbmm), attention, pooling, normalization and softmax. Float32 only.
 #include <cmath>
+#include <tuple>
 
 #include "common/error.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/conv_nchwc_expand_dw.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/normalization.h"
 #include "kernels/cpu/pooling.h"
@@ -162,6 +164,50 @@ void run_conv_nchwc(KernelCall& c) {
   kernels::conv2d_nchwc(nchwc_conv_shape(c.g, c.n, true), nchwc_knobs(c.n), fin(c, 0), fin(c, 1),
                         b >= 0 ? fin(c, 2) : nullptr, nullptr, kernels::Activation::None, fout(c, 0), c.par,
                         c.epilogue ? *c.epilogue : kernels::ElementHook{});
+}
+
+// conv2d_nchwc_expand_dw (layout/fuse_expand_depthwise): the depthwise conv's attributes, the
+// expand conv's prefixed with expand_; inputs (x, expand weight, expand bias, dw weight, dw bias).
+kernels::Conv2dShape expand_shape(const Graph& g, const Node& n) {
+  const auto ws = n.attr_ints("expand_weight_shape");
+  const auto& x = shp(g, n.inputs[0]);
+  return kernels::Conv2dShape{x[0], n.attr_int("expand_in_channels"), x[2], x[3], ws.at(0), 1, 1, 1, 1, 0, 0, 1, 1, 1};
+}
+
+kernels::ConvNchwcKnobs expand_knobs(const Node& n) {
+  return {static_cast<int>(n.attr_int("expand_ic_bn")), static_cast<int>(n.attr_int("oc_bn")),
+          static_cast<int>(n.attr_int("expand_reg_n")), n.attr_int("expand_unroll_ker", 0) != 0};
+}
+
+std::string check_conv_expand_dw(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  const int64_t icb = n.attr_int("expand_ic_bn", -1), C = n.attr_int("expand_in_channels", -1);
+  if (n.inputs.size() != 5) return "conv2d_nchwc_expand_dw needs 5 inputs (x, w1, b1, w2, b2)";
+  if (x.size() != 5 || icb <= 0 || x[4] != icb || x[1] != (C + icb - 1) / icb)
+    return "conv2d_nchwc_expand_dw input is not [N, ceil(C/expand_ic_bn), H, W, expand_ic_bn]";
+  if (n.attr_ints("expand_weight_shape", {}).size() != 4 || n.attr_ints("weight_shape", {}).size() != 4)
+    return "conv2d_nchwc_expand_dw without 4-D weight_shape / expand_weight_shape attributes";
+  try {
+    const auto e = expand_shape(g, n), d = nchwc_conv_shape(g, n, true);
+    const auto ke = expand_knobs(n), kd = nchwc_knobs(n);
+    kernels::conv_nchwc_expand_dw_check(e, ke, d, kd, kernels::active_isa());
+    kernels::expand_act_from_name(n.attr_str("expand_act"));
+    for (auto [slot, s, k] : {std::tuple{1, e, ke}, std::tuple{3, d, kd}})
+      if (g.value(n.inputs[slot]).numel() != kernels::conv_nchwc_packed_weight_floats(s, k))
+        return detail::str_cat("conv2d_nchwc_expand_dw: packed weight ", slot, " has ", g.value(n.inputs[slot]).numel(),
+                               " floats, its blocks need ", kernels::conv_nchwc_packed_weight_floats(s, k));
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+  return f32_only(g, n);
+}
+
+void run_conv_expand_dw(KernelCall& c) {
+  auto opt = [&](size_t slot) { return c.n.input_or_absent(slot) >= 0 ? fin(c, slot) : nullptr; };
+  kernels::conv2d_nchwc_expand_dw(expand_shape(c.g, c.n), expand_knobs(c.n), nchwc_conv_shape(c.g, c.n, true),
+                                  nchwc_knobs(c.n), fin(c, 0), fin(c, 1), opt(2),
+                                  kernels::expand_act_from_name(c.n.attr_str("expand_act")), fin(c, 3), opt(4),
+                                  fout(c, 0), c.par, c.epilogue ? *c.epilogue : kernels::ElementHook{});
 }
 
 void run_pack_weight(KernelCall& c) {
@@ -487,6 +533,7 @@ void register_nn_ops(KernelTable& t) {
   t.emplace_back("convolution", OpKernel{check_conv, conv_scratch, run_conv, nullptr, true, false});
   t.emplace_back("conv2d_nchwc", OpKernel{check_conv_nchwc, nullptr, run_conv_nchwc, nullptr, true, false});
   t.emplace_back("conv2d_nchwc_pack_weight", OpKernel{check_pack_weight, nullptr, run_pack_weight, nullptr});
+  t.emplace_back("conv2d_nchwc_expand_dw", OpKernel{check_conv_expand_dw, nullptr, run_conv_expand_dw, nullptr, true, false});
   for (const char* op : {"addmm", "mm", "bmm", "baddbmm"})
     t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr, true, false,
                                 std::string(op) == "addmm" || std::string(op) == "baddbmm" ? 0b110u : 0b011u});

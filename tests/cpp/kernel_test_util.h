@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <random>
 #include <sstream>
@@ -209,5 +211,23 @@ class ThreadParallel final : public kernels::Parallel {
 // The two executions the randomized kernel tests alternate between.
 inline const kernels::SerialParallel kSerial{};
 inline const ThreadParallel kTwo{2};
+
+// An epilogue hook for kernel tests: counts how often each output element is passed (an element
+// must be passed exactly once), checks data == y + start, and maps each value v to 2v + 1 (the
+// stored final value must be what the hook sees).
+struct HookLog {
+  std::unique_ptr<std::atomic<int>[]> calls;
+  const float* y = nullptr;
+  std::atomic<int> bad_pointer{0};
+};
+
+inline void count_hook(const void* ctx, float* data, int64_t start, int64_t count) {
+  auto* log = static_cast<HookLog*>(const_cast<void*>(ctx));
+  if (data != log->y + start) log->bad_pointer.fetch_add(1);
+  for (int64_t i = 0; i < count; ++i) {
+    log->calls[start + i].fetch_add(1);
+    data[i] = 2.f * data[i] + 1.f;
+  }
+}
 
 }  // namespace dnnfusion::testing

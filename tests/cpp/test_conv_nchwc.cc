@@ -41,20 +41,8 @@ std::string describe(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   return os.str();
 }
 
-struct HookLog {
-  std::unique_ptr<std::atomic<int>[]> calls;
-  const float* y = nullptr;
-  std::atomic<int> bad_pointer{0};
-};
-
-void count_hook(const void* ctx, float* data, int64_t start, int64_t count) {
-  auto* log = static_cast<HookLog*>(const_cast<void*>(ctx));
-  if (data != log->y + start) log->bad_pointer.fetch_add(1);
-  for (int64_t i = 0; i < count; ++i) {
-    log->calls[start + i].fetch_add(1);
-    data[i] = 2.f * data[i] + 1.f;  // the stored final value must be what the hook sees
-  }
-}
+using testing::count_hook;
+using testing::HookLog;
 
 struct Options {
   bool bias = true;

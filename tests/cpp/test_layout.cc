@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "ecg/verifier.h"
 #include "layout/fold_input_scale.h"
+#include "layout/fuse_expand_depthwise.h"
 #include "layout/propagate_blocked_layout.h"
 #include "rewrite_test_util.h"
 
@@ -282,6 +283,65 @@ TEST(LayoutFoldInputScale, SqueezeExcitationGateFoldsIntoTheProjection) {
         EXPECT_EQ(out.value(n.inputs[3]).shape, (std::vector<int64_t>{2, 3, 1, 1, 16}));  // per-image gate
       }
     EXPECT_EQ(scaled_convs, c.folded);
+    auto in = random_inputs(g, rng, -1.f, 1.f);
+    EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
+  }
+}
+
+// An inverted residual front: 1x1 expand -> activation -> depthwise 3x3 (-> relu6 and a residual
+// add the fusion planner keeps as the fused node's epilogue). Fuses into one conv2d_nchwc_expand_dw
+// for each activation the kernel runs and for none; not when the expanded value has a second user,
+// the activation is another op, or the first conv is not 1x1.
+struct InvertedResidual {
+  std::string act = "relu6";  // hardtanh(0, 6); "" = none
+  bool second_user = false;
+  int64_t expand_k = 1;
+  int64_t stride = 1;
+};
+
+ecg::Graph inverted_residual(GraphBuilder& B, const InvertedResidual& c) {
+  int x = B.input({2, 16, 10, 11});
+  int e = B.conv(x, B.weight({40, 16, c.expand_k, c.expand_k}, 0.05f, 0.2f), B.weight({40}), 1, c.expand_k / 2);
+  if (c.act == "relu6") e = B.un("hardtanh", e, {{"min_val", 0.0}, {"max_val", 6.0}});
+  else if (!c.act.empty()) e = B.un(c.act, e);
+  int d = B.conv(e, B.weight({40, 1, 3, 3}, -0.5f, 0.5f), B.weight({40}), c.stride, 1, 40);
+  int y = B.un("hardtanh", d, {{"min_val", 0.0}, {"max_val", 6.0}});
+  if (c.second_user) B.out({y, B.reduce("mean", e, {2, 3}, true)});
+  else B.out({y});
+  return B.g;
+}
+
+TEST(LayoutFuseExpandDepthwise, InvertedResidualFrontBecomesOneKernel) {
+  struct Case {
+    InvertedResidual ir;
+    int fused;
+  };
+  const Case cases[] = {{{"relu6"}, 1},         {{"relu"}, 1},          {{"hardswish"}, 1}, {{"silu", false, 1, 2}, 1},
+                        {{""}, 1},              {{"gelu"}, 0},          {{"relu6", true}, 0},
+                        {{"relu6", false, 3}, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("act=" + c.ir.act + " second_user=" + std::to_string(c.ir.second_user) +
+                 " expand_k=" + std::to_string(c.ir.expand_k) + " stride=" + std::to_string(c.ir.stride));
+    std::mt19937_64 rng(testing::test_seed());
+    GraphBuilder B(rng);
+    ecg::Graph g = inverted_residual(B, c.ir);
+    ecg::Graph blocked = fold(layout::propagate_blocked_layout(g, fixed_blocks(8)));
+    int fused = -1;
+    ecg::Graph out = layout::fuse_expand_depthwise(blocked, &fused);
+    ecg::verify_graph(out);
+    EXPECT_EQ(fused, c.fused);
+    EXPECT_EQ(count_op(out, "conv2d_nchwc_expand_dw"), c.fused);
+    EXPECT_EQ(count_op(out, "conv2d_nchwc"), 2 - 2 * c.fused);
+    if (c.fused) {
+      for (const auto& n : out.nodes())
+        if (n.op == "conv2d_nchwc_expand_dw") {
+          EXPECT_EQ(n.attr_str("expand_act"), c.ir.act.empty() ? "none" : c.ir.act);
+          EXPECT_EQ(n.attr_ints("expand_weight_shape"), (std::vector<int64_t>{40, 16, 1, 1}));
+          EXPECT_EQ(n.attr_int("groups"), 40);
+        }
+      EXPECT_EQ(count_op(out, c.ir.act.empty() ? "hardtanh" : c.ir.act == "relu6" ? "hardtanh" : c.ir.act),
+                c.ir.act.empty() || c.ir.act == "relu6" ? 1 : 0);  // the activation went into the kernel
+    }
     auto in = random_inputs(g, rng, -1.f, 1.f);
     EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
   }

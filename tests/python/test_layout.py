@@ -179,3 +179,53 @@ def test_unknown_model_in_tune_command_is_a_clear_error():
                        timeout=300)
     assert r.returncode == 2
     assert "unknown model 'no_such_model'" in r.stderr
+
+
+class InvertedResiduals(nn.Module):
+    """MobileNet/EfficientNet-style blocks: 1x1 expand + BN + activation -> depthwise (stride 1 or 2)
+    + BN + activation -> 1x1 projection, one with a residual add; every activation the fused kernel runs."""
+
+    def __init__(self):
+        super().__init__()
+
+        def block(cin, mid, cout, stride, act):
+            return nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), act(),
+                                 nn.Conv2d(mid, mid, 3, stride, 1, groups=mid, bias=False), nn.BatchNorm2d(mid), act(),
+                                 nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.stem = nn.Conv2d(3, 16, 3, 2, 1)
+        self.b1 = block(16, 96, 24, 2, nn.ReLU6)
+        self.b2 = block(24, 144, 24, 1, nn.Hardswish)
+        self.b3 = block(24, 72, 40, 2, nn.SiLU)
+        self.b4 = block(40, 120, 40, 1, nn.ReLU)
+
+    def forward(self, x):
+        x = self.b1(self.stem(x))
+        x = x + self.b2(x)
+        x = self.b3(x)
+        return x + self.b4(x)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_expand_depthwise_fusion_matches_eager(fuse, tmp_path):
+    torch.manual_seed(0)
+    m = InvertedResiduals().eval()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.5, 0.5)
+                mod.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 45, 37)
+    with torch.no_grad():
+        ref = m(x)
+    opts = {"fuse_expand_depthwise": fuse, "tuning_db": str(tmp_path / "db.txt")}
+    y, regions = _run(m, x, opts)
+    assert _close(y, ref), (y - ref).abs().max()
+    assert sum(r["expand_dw_fused"] for r in regions) == (4 if fuse else 0)
+    torch._dynamo.reset()
+    rep = str(dnnfusion.explain(m, x, options=opts, compare_modes=False))
+    assert ("expand + depthwise convs fused : 4" in rep) == fuse
+    # TVM's rules never fuse two convolutions: the option changes nothing there.
+    y, regions = _run(m, x, dict(opts, fusion="tvm"))
+    assert _close(y, ref) and sum(r["expand_dw_fused"] for r in regions) == 0
+    with pytest.raises(ValueError, match="fuse_expand_depthwise"):
+        dnnfusion.options.parse_options({"fuse_expand_depthwise": 1})

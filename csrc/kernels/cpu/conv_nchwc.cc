@@ -8,8 +8,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "kernels/cpu/conv_nchwc_ukernel.h"
-#include "kernels/cpu/prefetch_share.h"
+#include "kernels/cpu/conv_nchwc_rows.h"
 
 namespace dnnfusion::kernels {
 
@@ -402,6 +401,151 @@ void nchwc_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, 
                    });
 }
 
+namespace nchwc_detail {
+
+static_assert(kScalarMaxRegN <= 32, "ConvRows::fns_ holds reg_n up to 32");
+
+ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const float* packed_w,
+                   const float* bias, Activation act)
+    : s_(s), dw_(is_depthwise(s)), flat_(is_flat(s)), icb_(k.ic_bn), ocb_(k.oc_bn), rn_max_(k.reg_n),
+      packed_w_(packed_w), act_(act) {
+  const int64_t W = s.W, S = s.S;
+  Cb_ = dw_ ? ceil_div(s.C, ocb_) : ceil_div(s.C, icb_);
+  Kb_ = ceil_div(s.K, ocb_);
+  xb_ = dw_ ? ocb_ : icb_;
+  w_blk_ = dw_ ? s.R * S * ocb_ : Cb_ * s.R * S * icb_ * ocb_;
+  k_tail_ = s.K % ocb_;
+  for (int rn = 1; rn <= rn_max_; ++rn) {
+    fns_[rn] = tile_fn(isa, dw_, k.oc_bn, rn, is_pointwise(s), k.unroll_ker);
+    DNNF_CHECK(fns_[rn] != nullptr, "conv2d_nchwc: no ", isa_name(isa), " tile for oc_bn=", ocb_, " reg_n=", rn);
+  }
+  if (bias) {
+    bias_pad_.assign(static_cast<size_t>(Kb_ * ocb_), 0.f);
+    std::copy(bias, bias + s.K, bias_pad_.begin());
+  }
+  const int64_t cols_max = (rn_max_ - 1) * s.stride_w + (S - 1) * s.dil_w + 1;
+  edge_lo_ = ceil_div(s.pad_w, s.stride_w);
+  const int64_t last_in = W - 1 + s.pad_w - (S - 1) * s.dil_w;  // last tap start that stays inside
+  edge_hi_ = last_in < 0 ? 0 : last_in / s.stride_w + 1;
+  stage_floats_ = (dw_ ? 1 : Cb_) * s.R * cols_max * xb_;
+}
+
+void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
+                   float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage) const {
+  const Conv2dShape& s = s_;
+  const int64_t H = s.H, W = s.W, R = s.R, S = s.S, icb = icb_, ocb = ocb_, xb = xb_, rn_max = rn_max_;
+  const bool dw = dw_, flat = flat_;
+  // Taps that fall above or below the image are dropped for the whole row.
+  const int64_t ih0 = row * s.stride_h - s.pad_h;
+  int64_t kh_lo = 0, kh_hi = R;
+  if (!flat) {
+    if (ih0 < 0) kh_lo = ceil_div(-ih0, s.dil_h);
+    kh_hi = H - 1 - ih0 < 0 ? 0 : std::min(R, (H - 1 - ih0) / s.dil_h + 1);
+  }
+  const int64_t n_kh = std::max<int64_t>(0, kh_hi - kh_lo);
+  const int64_t x_cb = H * W * xb;  // a broadcast conv's input channel blocks are whole planes
+
+  NchwcTile t{};
+  const float* w_row = packed_w_ + kb * w_blk_ + kh_lo * S * (dw ? ocb : icb * ocb);
+  t.w = w_row;
+  t.w_cb = R * S * icb * ocb;
+  t.w_kh = S * (dw ? ocb : icb * ocb);
+  t.n_cb = dw ? 1 : Cb_;
+  t.n_kh = n_kh;
+  t.n_kw = S;
+  t.ic_bn = icb;
+  t.ic_last = dw ? icb : s.C - (Cb_ - 1) * icb;
+  t.x_pos = s.stride_w * xb;
+  t.x_kw = s.dil_w * xb;
+  t.bias = bias_pad_.empty() ? nullptr : bias_pad_.data() + kb * ocb;
+  t.oc_bn = static_cast<int>(ocb);
+  t.act = act_;
+
+  const int64_t cnt = p_end - p_begin;
+  // Depthwise rows are cut into edge positions (one per tile, only the taps inside the image)
+  // and an interior read in place: staging the edge tiles' windows took ~30% of a depthwise
+  // conv's time (dw 3x3 on 144x56x56: 133 -> 116 us). Broadcast convs keep one staged tile per
+  // edge: their single-position tiles are load-bound and lost more than the copies cost.
+  const bool split_edges = dw;
+  int64_t cuts[4] = {p_begin, p_begin, p_end, p_end};
+  if (split_edges) {
+    cuts[1] = std::min(p_end, std::max(p_begin, edge_lo_));
+    cuts[2] = std::min(p_end, std::max(cuts[1], edge_hi_));
+  }
+  int64_t seg_tiles[3], nt = 0;
+  for (int i = 0; i < 3; ++i)  // edge positions: one per tile, each with its own tap range
+    nt += seg_tiles[i] = i != 1 && split_edges ? cuts[i + 1] - cuts[i] : ceil_div(cuts[i + 1] - cuts[i], rn_max);
+  int64_t p0 = p_begin;
+  for (int64_t ti = 0, sg = 0, in_seg = 0; ti < nt; ++ti, ++in_seg) {
+    while (in_seg == seg_tiles[sg]) ++sg, in_seg = 0;
+    const int64_t sc = cuts[sg + 1] - cuts[sg], snt = seg_tiles[sg];
+    const int64_t rn = sc / snt + (in_seg < sc % snt ? 1 : 0);  // balanced tile sizes
+    const int64_t off = (p0 - p_begin) * ocb;
+    if (item) {  // this tile's part of the item's prefetch share
+      const PrefetchShare sh = prefetch_share(item->first, item->lines * 64, ti, nt);
+      t.pf = sh.first;
+      t.pf_lines = sh.lines;
+    }
+    t.rn = static_cast<int>(rn);
+    t.y = y_run + off;
+    t.res = res_run ? res_run + off : nullptr;
+    if (flat) {
+      t.x = xn + p0 * xb;
+      t.x_cb = x_cb;
+      t.x_kh = 0;
+    } else {
+      const int64_t iw_first = p0 * s.stride_w - s.pad_w;
+      const int64_t iw_last = (p0 + rn - 1) * s.stride_w - s.pad_w + (S - 1) * s.dil_w;
+      const int64_t ih_first = ih0 + kh_lo * s.dil_h;
+      const int64_t xr = ih_first - x_row0;  // the first tap row's row in xn
+      if (n_kh == 0) {
+        t.x = xn;  // no tap inside the image: the tile only adds bias/residual
+      } else if (split_edges && sg != 1) {
+        // One edge position: only the taps inside the image width, read in place.
+        const int64_t kw_lo = iw_first >= 0 ? 0 : ceil_div(-iw_first, s.dil_w);
+        const int64_t kw_hi = W - 1 - iw_first < 0 ? 0 : std::min(S, (W - 1 - iw_first) / s.dil_w + 1);
+        t.n_kw = std::max<int64_t>(0, kw_hi - kw_lo);
+        t.x = t.n_kw ? xn + (xr * W + iw_first + kw_lo * s.dil_w) * xb : xn;
+        t.x_cb = x_cb;
+        t.x_kh = s.dil_h * W * xb;
+        t.w = w_row + kw_lo * (dw ? ocb : icb * ocb);
+      } else if (iw_first >= 0 && iw_last < W) {
+        t.x = xn + (xr * W + iw_first) * xb;
+        t.x_cb = x_cb;
+        t.x_kh = s.dil_h * W * xb;
+      } else {
+        // The tile's input window with the width padding made explicit.
+        const int64_t cols = iw_last - iw_first + 1;
+        const int64_t lo = std::min(cols, std::max<int64_t>(0, -iw_first));  // all-padding windows too
+        const int64_t hi = std::max<int64_t>(lo, std::min(cols, W - iw_first));
+        if (stage.empty()) stage.resize(static_cast<size_t>(stage_floats_));
+        float* st = stage.data();
+        for (int64_t cb = 0; cb < t.n_cb; ++cb)
+          for (int64_t kh = 0; kh < n_kh; ++kh) {
+            float* d = st + (cb * n_kh + kh) * cols * xb;
+            std::fill(d, d + lo * xb, 0.f);
+            if (hi > lo) {
+              const float* src = xn + cb * x_cb + ((xr + kh * s.dil_h) * W + iw_first + lo) * xb;
+              std::memcpy(d + lo * xb, src, (hi - lo) * xb * sizeof(float));
+            }
+            std::fill(d + hi * xb, d + cols * xb, 0.f);
+          }
+        t.x = st;
+        t.x_cb = n_kh * cols * xb;
+        t.x_kh = cols * xb;
+      }
+    }
+    fns_[rn](t);
+    t.n_kw = S;
+    t.w = w_row;
+    p0 += rn;
+  }
+  if (k_tail_ != 0 && kb == Kb_ - 1)
+    for (int64_t p = 0; p < cnt; ++p) std::fill(y_run + p * ocb + k_tail_, y_run + (p + 1) * ocb, 0.f);
+}
+
+}  // namespace nchwc_detail
+
 void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
                   const float* packed_w, const float* bias, const float* residual, Activation act,
                   float* y, const Parallel& par, ElementHook epilogue, Isa isa) {
@@ -410,103 +554,40 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
     DNNF_THROW("conv2d_nchwc: this CPU cannot run ", isa_name(isa), " kernels");
   DNNF_CHECK(x != nullptr && packed_w != nullptr && y != nullptr,
              "conv2d_nchwc: x, packed_w and y must not be null");
-  const bool dw = is_depthwise(s), flat = is_flat(s), k1 = is_pointwise(s);
-  const int64_t icb = k.ic_bn, ocb = k.oc_bn, rn_max = k.reg_n;
-  const int64_t H = s.H, W = s.W, R = s.R, S = s.S, OH = s.OH(), OW = s.OW();
   if (const int64_t floats = prepad_floats(s, k); floats > 0) {
     // Cheaper to pad the whole input once than to stage every edge tile's window for each of
     // the Kb output blocks (ResNet-50's 3x3 layers at 28x28, 14x14 and 7x7: 1-3% faster).
     thread_local std::vector<float> padded;
     if (padded.size() < static_cast<size_t>(floats)) padded.resize(static_cast<size_t>(floats));
     Conv2dShape ps = s;
-    ps.H = H + 2 * s.pad_h;
-    ps.W = W + 2 * s.pad_w;
+    ps.H = s.H + 2 * s.pad_h;
+    ps.W = s.W + 2 * s.pad_w;
     ps.pad_h = ps.pad_w = 0;
-    pad_nchwc(x, s, icb, padded.data(), par);
+    pad_nchwc(x, s, k.ic_bn, padded.data(), par);
     conv2d_nchwc(ps, k, padded.data(), packed_w, bias, residual, act, y, par, epilogue, isa);
     return;
   }
+  const nchwc_detail::ConvRows rows_of(s, k, isa, packed_w, bias, act);
+  const bool dw = is_depthwise(s), flat = is_flat(s);
+  const int64_t icb = k.ic_bn, ocb = k.oc_bn, OH = s.OH(), OW = s.OW();
   const int64_t Cb = dw ? ceil_div(s.C, ocb) : ceil_div(s.C, icb), Kb = ceil_div(s.K, ocb);
-  const int64_t x_img = Cb * H * W * (dw ? ocb : icb), y_img = Kb * OH * OW * ocb;
-  const int64_t w_blk = dw ? R * S * ocb : Cb * R * S * icb * ocb;
-
-  NchwcTileFn fns[kScalarMaxRegN + 1] = {};
-  for (int rn = 1; rn <= rn_max; ++rn) {
-    fns[rn] = tile_fn(isa, dw, k.oc_bn, rn, k1, k.unroll_ker);
-    DNNF_CHECK(fns[rn] != nullptr, "conv2d_nchwc: no ", isa_name(isa), " tile for oc_bn=", ocb,
-               " reg_n=", rn);
-  }
-  std::vector<float> bias_pad;
-  if (bias) {
-    bias_pad.assign(static_cast<size_t>(Kb * ocb), 0.f);
-    std::copy(bias, bias + s.K, bias_pad.begin());
-  }
+  const int64_t x_img = Cb * s.H * s.W * (dw ? ocb : icb), y_img = Kb * OH * OW * ocb;
+  const int64_t w_blk = rows_of.weight_block_floats();
 
   // Work items: (n, oc block, row, segment). A row is an output row, except for flat 1x1 convs
   // whose single "row" is the whole plane, cut into segments so that small-K layers still give
   // every thread work. Consecutive items share the oc block, so its weights stay in L2.
   const int64_t rows = flat ? 1 : OH, P = flat ? OH * OW : OW;
-  const int64_t nseg = flat ? std::max<int64_t>(1, std::min<int64_t>(OH, P / (4 * rn_max))) : 1;
+  const int64_t nseg = flat ? std::max<int64_t>(1, std::min<int64_t>(OH, P / (4 * k.reg_n))) : 1;
   const int64_t items = s.N * Kb * rows * nseg;
-  const int64_t k_tail = s.K % ocb;  // valid lanes of the last block (0: none padded)
-  const int64_t cols_max = (rn_max - 1) * s.stride_w + (S - 1) * s.dil_w + 1;
-  // Output positions [edge_lo, edge_hi) have every tap inside the image width.
-  const int64_t edge_lo = ceil_div(s.pad_w, s.stride_w);
-  const int64_t last_in = W - 1 + s.pad_w - (S - 1) * s.dil_w;  // last tap start that stays inside
-  const int64_t edge_hi = last_in < 0 ? 0 : last_in / s.stride_w + 1;
-  // Depthwise rows are cut into edge positions (one per tile, only the taps inside the image)
-  // and an interior read in place: staging the edge tiles' windows took ~30% of a depthwise
-  // conv's time (dw 3x3 on 144x56x56: 133 -> 116 us). Broadcast convs keep one staged tile per
-  // edge: their single-position tiles are load-bound and lost more than the copies cost.
-  const bool split_edges = dw;
-  const int64_t stage_floats = (dw ? 1 : Cb) * R * cols_max * (dw ? ocb : icb);
-
   par.parallel_for(items, 1, [&](int64_t ib, int64_t ie) {
     std::vector<float> stage;
     for (int64_t it = ib; it < ie; ++it) {
       const int64_t seg = it % nseg, row = (it / nseg) % rows, kb = (it / (nseg * rows)) % Kb,
                     n = it / (nseg * rows * Kb);
       const int64_t p_begin = seg * P / nseg, p_end = (seg + 1) * P / nseg;
-      // Taps that fall above or below the image are dropped for the whole row.
-      const int64_t ih0 = row * s.stride_h - s.pad_h;
-      int64_t kh_lo = 0, kh_hi = R;
-      if (!flat) {
-        if (ih0 < 0) kh_lo = ceil_div(-ih0, s.dil_h);
-        kh_hi = H - 1 - ih0 < 0 ? 0 : std::min(R, (H - 1 - ih0) / s.dil_h + 1);
-      }
-      const int64_t n_kh = std::max<int64_t>(0, kh_hi - kh_lo);
-      const float* xn = x + n * x_img + (dw ? kb * H * W * ocb : 0);
-      const int64_t xb = dw ? ocb : icb;  // floats per input position
+      const float* xn = x + n * x_img + (dw ? kb * s.H * s.W * ocb : 0);
       float* y_run = y + n * y_img + ((kb * OH + row) * OW + p_begin) * ocb;
-
-      NchwcTile t{};
-      const float* w_row = packed_w + kb * w_blk + kh_lo * S * (dw ? ocb : icb * ocb);
-      t.w = w_row;
-      t.w_cb = R * S * icb * ocb;
-      t.w_kh = S * (dw ? ocb : icb * ocb);
-      t.n_cb = dw ? 1 : Cb;
-      t.n_kh = n_kh;
-      t.n_kw = S;
-      t.ic_bn = icb;
-      t.ic_last = dw ? icb : s.C - (Cb - 1) * icb;
-      t.x_pos = s.stride_w * xb;
-      t.x_kw = s.dil_w * xb;
-      t.bias = bias ? bias_pad.data() + kb * ocb : nullptr;
-      t.oc_bn = static_cast<int>(ocb);
-      t.act = act;
-
-      const int64_t cnt = p_end - p_begin;
-      // Depthwise: the run is cut at the positions where taps start and stop reaching into the
-      // width padding (pad / stride positions each side); the interior is cut into balanced
-      // tiles of at most rn_max that read the image in place.
-      int64_t cuts[4] = {p_begin, p_begin, p_end, p_end};
-      if (split_edges) {
-        cuts[1] = std::min(p_end, std::max(p_begin, edge_lo));
-        cuts[2] = std::min(p_end, std::max(cuts[1], edge_hi));
-      }
-      int64_t seg_tiles[3], nt = 0;
-      for (int i = 0; i < 3; ++i)  // edge positions: one per tile, each with its own tap range
-        nt += seg_tiles[i] = i != 1 && split_edges ? cuts[i + 1] - cuts[i] : ceil_div(cuts[i + 1] - cuts[i], rn_max);
       // This item's share of the next oc block's weights (items of one block run back to back,
       // mostly on one thread), fetched while this block computes: without it the first tile of
       // each block waits on memory for the whole weight slice.
@@ -514,75 +595,9 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
       const PrefetchShare item = prefetch ? prefetch_share(packed_w + (kb + 1) * w_blk, w_blk * 4,
                                                            row * nseg + seg, rows * nseg)
                                           : PrefetchShare{};
-      int64_t p0 = p_begin;
-      for (int64_t ti = 0, sg = 0, in_seg = 0; ti < nt; ++ti, ++in_seg) {
-        while (in_seg == seg_tiles[sg]) ++sg, in_seg = 0;
-        const int64_t sc = cuts[sg + 1] - cuts[sg], snt = seg_tiles[sg];
-        const int64_t rn = sc / snt + (in_seg < sc % snt ? 1 : 0);  // balanced tile sizes
-        const int64_t off = (p0 - p_begin) * ocb;
-        if (prefetch) {  // and this tile's part of the item's share
-          const PrefetchShare sh = prefetch_share(item.first, item.lines * 64, ti, nt);
-          t.pf = sh.first;
-          t.pf_lines = sh.lines;
-        }
-        t.rn = static_cast<int>(rn);
-        t.y = y_run + off;
-        t.res = residual ? residual + (y_run - y) + off : nullptr;
-        if (flat) {
-          t.x = xn + p0 * xb;
-          t.x_cb = H * W * xb;
-          t.x_kh = 0;
-        } else {
-          const int64_t iw_first = p0 * s.stride_w - s.pad_w;
-          const int64_t iw_last = (p0 + rn - 1) * s.stride_w - s.pad_w + (S - 1) * s.dil_w;
-          const int64_t ih_first = ih0 + kh_lo * s.dil_h;
-          if (n_kh == 0) {
-            t.x = xn;  // no tap inside the image: the tile only adds bias/residual
-          } else if (split_edges && sg != 1) {
-            // One edge position: only the taps inside the image width, read in place.
-            const int64_t kw_lo = iw_first >= 0 ? 0 : ceil_div(-iw_first, s.dil_w);
-            const int64_t kw_hi = W - 1 - iw_first < 0 ? 0 : std::min(S, (W - 1 - iw_first) / s.dil_w + 1);
-            t.n_kw = std::max<int64_t>(0, kw_hi - kw_lo);
-            t.x = t.n_kw ? xn + (ih_first * W + iw_first + kw_lo * s.dil_w) * xb : xn;
-            t.x_cb = H * W * xb;
-            t.x_kh = s.dil_h * W * xb;
-            t.w = w_row + kw_lo * (dw ? ocb : icb * ocb);
-          } else if (iw_first >= 0 && iw_last < W) {
-            t.x = xn + (ih_first * W + iw_first) * xb;
-            t.x_cb = H * W * xb;
-            t.x_kh = s.dil_h * W * xb;
-          } else {
-            // The tile's input window with the width padding made explicit.
-            const int64_t cols = iw_last - iw_first + 1;
-            const int64_t lo = std::min(cols, std::max<int64_t>(0, -iw_first));  // all-padding windows too
-            const int64_t hi = std::max<int64_t>(lo, std::min(cols, W - iw_first));
-            if (stage.empty()) stage.resize(static_cast<size_t>(stage_floats));
-            float* st = stage.data();
-            for (int64_t cb = 0; cb < t.n_cb; ++cb)
-              for (int64_t kh = 0; kh < n_kh; ++kh) {
-                float* d = st + (cb * n_kh + kh) * cols * xb;
-                std::fill(d, d + lo * xb, 0.f);
-                if (hi > lo) {
-                  const float* src =
-                      xn + ((cb * H + ih_first + kh * s.dil_h) * W + iw_first + lo) * xb;
-                  std::memcpy(d + lo * xb, src, (hi - lo) * xb * sizeof(float));
-                }
-                std::fill(d + hi * xb, d + cols * xb, 0.f);
-              }
-            t.x = st;
-            t.x_cb = n_kh * cols * xb;
-            t.x_kh = cols * xb;
-          }
-        }
-        fns[rn](t);
-        t.n_kw = S;
-        t.w = w_row;
-        p0 += rn;
-      }
-      if (k_tail != 0 && kb == Kb - 1)
-        for (int64_t p = 0; p < cnt; ++p)
-          std::fill(y_run + p * ocb + k_tail, y_run + (p + 1) * ocb, 0.f);
-      if (epilogue) epilogue(y_run, y_run - y, cnt * ocb);
+      rows_of.run(kb, row, p_begin, p_end, xn, 0, y_run, residual ? residual + (y_run - y) : nullptr,
+                  prefetch ? &item : nullptr, stage);
+      if (epilogue) epilogue(y_run, y_run - y, (p_end - p_begin) * ocb);
     }
   });
 }

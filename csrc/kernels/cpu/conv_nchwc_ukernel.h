@@ -50,5 +50,8 @@ NchwcTileFn conv_tile_avx512(int oc_bn, int rn, bool k1, bool unroll);
 NchwcTileFn dw_tile_avx512(int c_bn, int rn);
 NchwcTileFn conv_tile_avx2(int oc_bn, int rn, bool k1, bool unroll);
 NchwcTileFn dw_tile_avx2(int c_bn, int rn);
+// In place over n floats, mode 0 hardswish, 1 silu (the formulas of the generated code's prelude:
+// x * clamp(x + 3, 0, 6) / 6 and x / (1 + exp(-x)); NaN propagates).
+void activate_inplace_avx512(float* p, int64_t n, int mode);
 
 }  // namespace dnnfusion::kernels::nchwc_detail

@@ -1,0 +1,148 @@
+// The fused expand + activation + depthwise kernel: checks, the band split, the per-thread row
+// window and the activation dispatch. The rows themselves run through conv2d_nchwc's ConvRows.
+#include "kernels/cpu/conv_nchwc_expand_dw.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/conv_nchwc_rows.h"
+#include "kernels/cpu/elementwise.h"  // exp_f32
+
+namespace dnnfusion::kernels {
+
+namespace {
+
+// The window of expanded rows one thread keeps; rows of 112 x 32 lanes (14 KB) give 8 rows.
+constexpr int64_t kWindowBytes = 128 * 1024;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Hardswish and SiLU over a window chunk (the tiles applied relu/relu6 already). Baseline code
+// vectorizes these loops with SSE only; AVX-512 has its own (conv_nchwc_avx512.cc).
+void activate(float* p, int64_t n, ExpandAct act, Isa isa) {
+  if (act != ExpandAct::Hardswish && act != ExpandAct::Silu) return;
+  if (isa == Isa::Avx512) {
+    nchwc_detail::activate_inplace_avx512(p, n, act == ExpandAct::Hardswish ? 0 : 1);
+  } else if (act == ExpandAct::Hardswish) {
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = p[i] + 3.f;
+      p[i] = p[i] * (v < 0.f ? 0.f : (v > 6.f ? 6.f : v)) * (1.f / 6.f);  // NaN falls through
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) p[i] = p[i] / (1.f + exp_f32(-p[i]));
+  }
+}
+
+Activation tile_activation(ExpandAct a) {
+  return a == ExpandAct::Relu ? Activation::Relu : a == ExpandAct::Relu6 ? Activation::Relu6 : Activation::None;
+}
+
+}  // namespace
+
+const char* expand_act_name(ExpandAct a) {
+  switch (a) {
+    case ExpandAct::None: return "none";
+    case ExpandAct::Relu: return "relu";
+    case ExpandAct::Relu6: return "relu6";
+    case ExpandAct::Hardswish: return "hardswish";
+    case ExpandAct::Silu: return "silu";
+  }
+  return "?";
+}
+
+ExpandAct expand_act_from_name(const std::string& name) {
+  for (ExpandAct a : {ExpandAct::None, ExpandAct::Relu, ExpandAct::Relu6, ExpandAct::Hardswish, ExpandAct::Silu})
+    if (name == expand_act_name(a)) return a;
+  DNNF_THROW("conv2d_nchwc_expand_dw: activation '", name, "' is not one of none, relu, relu6, hardswish, silu");
+}
+
+void conv_nchwc_expand_dw_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
+                                const ConvNchwcKnobs& kd, Isa isa) {
+  conv_nchwc_check(e, ke, isa);
+  conv_nchwc_check(d, kd, isa);
+  if (e.groups != 1 || e.R != 1 || e.S != 1 || e.stride_h != 1 || e.stride_w != 1 || e.pad_h != 0 || e.pad_w != 0)
+    DNNF_THROW("conv2d_nchwc_expand_dw: the expand conv must be 1x1, stride 1, unpadded, groups 1 (got ", e.R, "x",
+               e.S, ", stride ", e.stride_h, "x", e.stride_w, ", padding ", e.pad_h, "x", e.pad_w, ", groups ",
+               e.groups, ")");
+  if (!(d.groups == d.C && d.C == d.K && d.groups > 1))
+    DNNF_THROW("conv2d_nchwc_expand_dw: the second conv must be depthwise (groups == C == K; got groups=", d.groups,
+               ", C=", d.C, ", K=", d.K, ")");
+  if (d.C != e.K || d.N != e.N || d.H != e.H || d.W != e.W)
+    DNNF_THROW("conv2d_nchwc_expand_dw: the depthwise conv's input (", d.N, "x", d.C, "x", d.H, "x", d.W,
+               ") is not the expand conv's output (", e.N, "x", e.K, "x", e.H, "x", e.W, ")");
+  if (ke.oc_bn != kd.oc_bn)
+    DNNF_THROW("conv2d_nchwc_expand_dw: the expand output block (oc_bn=", ke.oc_bn,
+               ") must be the depthwise block (", kd.oc_bn, ")");
+}
+
+void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
+                            const ConvNchwcKnobs& kd, const float* x, const float* w_expand, const float* b_expand,
+                            ExpandAct act, const float* w_dw, const float* b_dw, float* y, const Parallel& par,
+                            ElementHook epilogue, Isa isa) {
+  conv_nchwc_expand_dw_check(e, ke, d, kd, isa);
+  if (!isa_supported(isa)) DNNF_THROW("conv2d_nchwc_expand_dw: this CPU cannot run ", isa_name(isa), " kernels");
+  DNNF_CHECK(x != nullptr && w_expand != nullptr && w_dw != nullptr && y != nullptr,
+             "conv2d_nchwc_expand_dw: x, the weights and y must not be null");
+  const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
+  const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, Activation::None);
+  const int64_t N = e.N, H = e.H, W = e.W, b = kd.oc_bn, Mb = ceil_div(e.K, b);
+  const int64_t OH = d.OH(), OW = d.OW(), sh = d.stride_h;
+  const int64_t x_img = ceil_div(e.C, ke.ic_bn) * H * W * ke.ic_bn, y_img = Mb * OH * OW * b;
+  const int64_t taps_h = (d.R - 1) * d.dil_h + 1;  // input rows one output row's taps span
+  const int64_t row_floats = W * b;
+  const int64_t chunk = std::max<int64_t>(1, (std::max<int64_t>(taps_h, kWindowBytes / (row_floats * 4)) - taps_h) / sh + 1);
+  const int64_t win_rows = (chunk - 1) * sh + taps_h;
+
+  // Bands of output rows: the fewest that keep every thread busy, counting the expand rows a
+  // band's top edge recomputes against the idle time of an uneven last round.
+  const int64_t T = std::max(1, par.num_threads());
+  int64_t nb = 1;
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t cand = 1; cand <= std::min<int64_t>(OH, 16); ++cand) {
+    const int64_t band = ceil_div(OH, cand);
+    const double rows = static_cast<double>(std::min(H, band * sh + std::max<int64_t>(0, taps_h - sh)) + band);
+    const double cost = static_cast<double>(ceil_div(N * Mb * cand, T)) * rows;
+    if (cost < best * 0.97) best = cost, nb = cand;  // a near tie goes to fewer bands
+  }
+
+  par.parallel_for(N * Mb * nb, 1, [&](int64_t ib, int64_t ie) {
+    thread_local std::vector<float> window;
+    if (window.size() < static_cast<size_t>(win_rows * row_floats))
+      window.resize(static_cast<size_t>(win_rows * row_floats));
+    float* win = window.data();
+    std::vector<float> stage;
+    for (int64_t it = ib; it < ie; ++it) {
+      const int64_t band = it % nb, kb = (it / nb) % Mb, n = it / (nb * Mb);
+      const int64_t o_begin = band * OH / nb, o_end = (band + 1) * OH / nb;
+      const float* xn = x + n * x_img;
+      int64_t lo = 0, hi = 0;  // the window holds expanded rows [lo, hi)
+      for (int64_t o0 = o_begin; o0 < o_end; o0 += chunk) {
+        const int64_t o1 = std::min(o_end, o0 + chunk);
+        const int64_t need_lo = std::clamp<int64_t>(o0 * sh - d.pad_h, 0, H);
+        const int64_t need_hi = std::clamp<int64_t>((o1 - 1) * sh - d.pad_h + taps_h, need_lo, H);
+        int64_t from = need_lo;
+        if (o0 > o_begin && need_lo < hi) {  // rows the previous window already holds
+          std::memmove(win, win + (need_lo - lo) * row_floats, static_cast<size_t>((hi - need_lo) * row_floats) * 4);
+          from = hi;
+        }
+        lo = need_lo;
+        if (need_hi > from) {
+          float* dst = win + (from - lo) * row_floats;
+          expand_rows.run(kb, 0, from * W, need_hi * W, xn, 0, dst, nullptr, nullptr, stage);
+          activate(dst, (need_hi - from) * row_floats, act, isa);
+        }
+        hi = std::max(need_hi, from);
+        for (int64_t oh = o0; oh < o1; ++oh) {
+          float* y_run = y + n * y_img + (kb * OH + oh) * OW * b;
+          dw_rows.run(kb, oh, 0, OW, win, lo, y_run, nullptr, nullptr, stage);
+          if (epilogue) epilogue(y_run, y_run - y, OW * b);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace dnnfusion::kernels

@@ -1,0 +1,46 @@
+// Fused front half of an inverted residual block (MobileNet-V2/V3, EfficientNet): a 1x1 "expand"
+// convolution, its activation and the depthwise convolution that follows, on NCHW[b]c tensors,
+// without writing the expanded tensor. That tensor is the widest of the block (96 x 112 x 112
+// floats in MobileNet-V2: 4.8 MB, more than L2), and the two convolutions run memory-bound on it
+// when it makes the round trip. Here each work item owns one channel block of the expanded
+// tensor and a band of output rows: it computes the expanded rows the band's depthwise taps read
+// into a small per-thread window (kept in L1/L2), applies the activation, and runs the depthwise
+// rows from that window; rows shared with the next window are moved, not recomputed. Bands split
+// only where the threads would otherwise idle (the rows at a band's top edge are computed twice).
+// Both convolutions use conv2d_nchwc's tiles and knobs (conv_nchwc.h), so their results equal
+// running conv2d_nchwc, the activation, then conv2d_nchwc (bit for bit for None/Relu/Relu6).
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "kernels/cpu/conv_nchwc.h"
+
+namespace dnnfusion::kernels {
+
+// The activation between the two convolutions. Relu/Relu6 run in the expand tiles' registers;
+// Hardswish and Silu as a vector pass over each window chunk.
+enum class ExpandAct : int8_t { None, Relu, Relu6, Hardswish, Silu };
+const char* expand_act_name(ExpandAct a);
+// Throws dnnfusion::Error naming the allowed names unless `name` is one of none, relu, relu6,
+// hardswish, silu.
+ExpandAct expand_act_from_name(const std::string& name);
+
+// Throws dnnfusion::Error naming the problem unless: `expand` is a 1x1, stride-1, unpadded,
+// groups == 1 convolution C -> M; `dw` is depthwise over M channels of the same N x H x W input
+// (any kernel size, stride, padding and dilation); both pass conv_nchwc_check on isa; and the
+// expand's output block is the depthwise block (k_expand.oc_bn == k_dw.oc_bn).
+void conv_nchwc_expand_dw_check(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand, const Conv2dShape& dw,
+                                const ConvNchwcKnobs& k_dw, Isa isa);
+
+// y = dw(act(expand(x, w_expand) + b_expand), w_dw) + b_dw, then the epilogue, with x NCHW[ic_bn]c
+// (k_expand.ic_bn), y NCHW[b]c (b = k_dw.oc_bn). Weights packed by conv_nchwc_pack_weight for
+// their own shape and knobs; biases [M] or null. The epilogue contract is conv2d_nchwc's for the
+// depthwise output (once per output row of one block, start = blocked linear index). Padded lanes
+// of y are 0 before the epilogue; x's padded lanes are never read. y must not overlap x or the
+// weights.
+void conv2d_nchwc_expand_dw(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand, const Conv2dShape& dw,
+                            const ConvNchwcKnobs& k_dw, const float* x, const float* w_expand, const float* b_expand,
+                            ExpandAct act, const float* w_dw, const float* b_dw, float* y, const Parallel& par,
+                            ElementHook epilogue = {}, Isa isa = active_isa());
+
+}  // namespace dnnfusion::kernels

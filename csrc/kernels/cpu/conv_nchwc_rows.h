@@ -1,0 +1,44 @@
+// Internal to the NCHW[x]c convolution family (baseline code only, never an ISA file): the body of
+// conv2d_nchwc's work loop, one run of output positions of one output row, shared with the fused
+// expand + depthwise kernel (conv_nchwc_expand_dw.cc), which runs it over a window of rows it
+// keeps in scratch instead of over a whole input tensor.
+// Precondition: s and k passed conv_nchwc_check for an ISA the CPU supports.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/conv_nchwc_ukernel.h"
+#include "kernels/cpu/prefetch_share.h"
+
+namespace dnnfusion::kernels::nchwc_detail {
+
+class ConvRows {
+ public:
+  ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const float* packed_w, const float* bias,
+           Activation act);
+  // Computes output positions [p_begin, p_end) of output row `row` of output block kb (flat 1x1
+  // convs: positions of the whole plane, row 0) into y_run (which holds position p_begin), then
+  // zeroes the padded lanes of the last block. No epilogue: the caller runs it.
+  // xn: this image's input (depthwise: block kb's channel plane) with image row x_row0 at xn; a
+  // broadcast conv's channel blocks are H*W positions apart. Only the rows the taps of `row` reach
+  // inside the image are read. res_run: the residual at y_run's positions, or null. item: this
+  // run's share of weights to prefetch into L2 while it computes, or null. stage: per-thread
+  // scratch for edge windows (grown on first use).
+  void run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
+           float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage) const;
+  int64_t weight_block_floats() const { return w_blk_; }
+
+ private:
+  static constexpr int kMaxRn = 32;
+  Conv2dShape s_;
+  bool dw_, flat_;
+  int64_t icb_, ocb_, rn_max_, Cb_ = 0, Kb_ = 0, xb_ = 0, w_blk_ = 0, k_tail_ = 0;
+  int64_t edge_lo_ = 0, edge_hi_ = 0, stage_floats_ = 0;
+  const float* packed_w_;
+  Activation act_;
+  std::vector<float> bias_pad_;
+  NchwcTileFn fns_[kMaxRn + 1] = {};
+};
+
+}  // namespace dnnfusion::kernels::nchwc_detail
