@@ -173,6 +173,35 @@ TEST(ThreadPool, HoldWakesWorkersAndKeepsThemSpinning) {
   EXPECT_EQ(sum.load(), 30);
 }
 
+// Workers that wake late (asleep when a job starts) join whichever job is open when they arrive,
+// or none: every job still covers its range exactly once, and no chunk of a job runs after its
+// parallel_for returned (the caller closes a job before returning and waits only for the workers
+// inside it). Random sizes and idle gaps put workers at every point of waking up.
+TEST(ThreadPool, LateWorkersNeverRunAFinishedJob) {
+  ThreadPool pool(3);
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  std::atomic<int64_t> current{-1};
+  std::atomic<int> stale{0};
+  for (int64_t job = 0; job < 400; ++job) {
+    const int64_t n = dnnfusion::testing::rand_int(rng, 1, 300);
+    std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+    for (auto& h : hits) h = 0;
+    current = job;
+    pool.parallel_for(n, 1, [&, job](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++hits[static_cast<size_t>(i)];
+      if (current.load() != job) ++stale;
+    });
+    current = -1;  // a chunk of this job running from now on would be counted stale
+    int64_t wrong = 0;
+    for (auto& h : hits) wrong += h.load() != 1;
+    ASSERT_EQ(wrong, 0) << "job " << job << " n=" << n << " " << dnnfusion::testing::seed_note();
+    const int gap = static_cast<int>(dnnfusion::testing::rand_int(rng, 0, 9));
+    if (gap >= 7) std::this_thread::sleep_for(std::chrono::microseconds(200 * gap));  // let workers doze off
+  }
+  EXPECT_EQ(stale.load(), 0);
+  EXPECT_EQ(pool.jobs_run(), 400);
+}
+
 // ---------------- executor ----------------
 namespace {
 // y = relu(x * 2 + b), then permuted and viewed: exercises weights, scalar constants, an
