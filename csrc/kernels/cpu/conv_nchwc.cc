@@ -210,13 +210,16 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
     // below halves that traffic.
     k.oc_bn = 64;
     k.reg_n = 7;
-  } else if (isa == Isa::Avx512 && !dw && s.K > 16 && padded(s.K, 32) <= padded(s.K, 16) &&
-             nchwc_block_fits(s.K, 32)) {
+  } else if (isa == Isa::Avx512 && !dw && s.K > 16 && nchwc_block_fits(s.K, 32) &&
+             (padded(s.K, 32) <= padded(s.K, 16) || is_pointwise(s))) {
     // Measured on ResNet-50 (Zen 4, benchmarks/results/conv_kernels_*.txt): two zmm per position
     // x 7 positions beats one zmm x 14..28 on every 3x3 layer (halves the broadcasts per FMA and
     // keeps the input window small), and 7 divides the 56/28/14/7 widths. Taken while it pads no
     // more channels than a 16-block would: 24 -> 32 beats three half-width 8-blocks, but 40 runs
-    // in three 16-blocks (48) rather than two 32-blocks (64).
+    // in three 16-blocks (48) rather than two 32-blocks (64). A 1x1 conv takes it even when it
+    // pads more: two FMAs per broadcast outweigh up to a third more lanes (measured on a Xeon,
+    // 2 threads: 672 -> 112 at 14x14 143 -> 95 us, 480 -> 112 98 -> 67 us, 40 -> 240 at 28x28
+    // 82 -> 63 us, 24 -> 144 at 56x56 125 -> 104 us; mobilenet_v3_large 1.06x end to end).
     k.oc_bn = 32;
     k.reg_n = 7;
     // A 1x1 conv's tiles span rows, so 7 | width buys nothing there; once an output block's weight
