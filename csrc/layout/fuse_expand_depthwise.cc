@@ -13,8 +13,8 @@ using ecg::Node;
 namespace {
 
 struct Chain {
-  int expand = -1, act = -1, dw = -1;  // node ids (act -1: none)
-  std::string act_name = "none";
+  int expand = -1, act = -1, dw = -1, dw_act = -1;  // node ids (act, dw_act -1: none)
+  std::string act_name = "none", dw_act_name = "none";
 };
 
 // The single user of node n's only output, or -1 (several users, a graph output, no users).
@@ -75,6 +75,13 @@ Chain match(const Graph& g, const Node& e) {
       g.value(x).dtype != DType::Float32)
     return none;
   c.dw = d.id;
+  if (const int u = sole_user(g, d); u >= 0) {  // the depthwise conv's own activation
+    const Node& a2 = g.node(u);
+    if (const std::string act = activation_of(a2); !act.empty() && a2.inputs.size() == 1) {
+      c.dw_act = a2.id;
+      c.dw_act_name = act;
+    }
+  }
   return c;
 }
 
@@ -89,6 +96,7 @@ Graph fuse_expand_depthwise(const Graph& g, int* fused) {
     by_dw[c.dw] = c;
     skip.insert(c.expand);
     if (c.act >= 0) skip.insert(c.act);
+    if (c.dw_act >= 0) skip.insert(c.dw_act);
   }
   if (fused) *fused = static_cast<int>(by_dw.size());
   if (by_dw.empty()) return g;
@@ -105,9 +113,11 @@ Graph fuse_expand_depthwise(const Graph& g, int* fused) {
     for (const char* k : {"ic_bn", "reg_n", "unroll_ker", "in_channels", "weight_shape"})
       attrs[std::string("expand_") + k] = e.attrs.at(k);
     attrs["expand_act"] = it->second.act_name;
+    attrs["dw_act"] = it->second.dw_act_name;
     rb.origin = e.origin + "+" + n.origin;
     auto in = [&](const Node& c, int slot) { return c.input_or_absent(slot) >= 0 ? rb.map(c.inputs[slot]) : -1; };
-    const auto& out = g.value(n.outputs[0]);
+    const int last = it->second.dw_act >= 0 ? it->second.dw_act : n.id;
+    const auto& out = g.value(g.node(last).outputs[0]);
     const int y = rb.add("conv2d_nchwc_expand_dw", {rb.map(e.inputs[0]), rb.map(e.inputs[1]), in(e, 2),
                                                     rb.map(n.inputs[1]), in(n, 2)},
                          out.shape, out.dtype, attrs);

@@ -8,8 +8,10 @@
 // output, and the expand's output block is the depthwise block (the layout pass put no re-block in
 // between). The fused node keeps the depthwise conv's attributes and adds the expand conv's as
 // expand_ic_bn, expand_reg_n, expand_unroll_ker, expand_in_channels, expand_weight_shape, plus
-// expand_act (none, relu, relu6, hardswish, silu); its inputs are (x, expand packed weight,
-// expand bias or absent, depthwise packed weight, depthwise bias or absent).
+// expand_act (none, relu, relu6, hardswish, silu) and dw_act: one such activation that is the
+// depthwise output's only user runs in the kernel too (on the output row while it is in L1); its
+// inputs are (x, expand packed weight, expand bias or absent, depthwise packed weight, depthwise
+// bias or absent).
 // Precondition: the graph verifies; layout propagation ran and the packed weights are folded.
 // Postcondition: the graph verifies and computes the same values (the activation formulas are the
 // generated code's).

@@ -2,7 +2,9 @@
 // grab chunks of the outermost parallel loop through an atomic counter, spin briefly after a job
 // (back-to-back kernels find them awake) and then sleep on a condition variable, so a PyTorch
 // fallback op running between our kernels does not compete with spinning workers; during a
-// compiled graph's run (ThreadPool::Hold) they keep spinning.
+// compiled graph's run (ThreadPool::Hold) they keep spinning. A worker takes part in a job only if
+// it arrives before the caller has handed out every chunk; the caller never waits for one that
+// has not arrived (a sleeping vCPU can take milliseconds to run again).
 // Precondition: none. Postcondition of parallel_for: every index of [0, n) ran exactly once.
 #pragma once
 #include <atomic>

@@ -71,8 +71,8 @@ std::vector<int> blocks_of(Isa isa) {
   return {4, 16};
 }
 
-void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, Isa isa, const kernels::Parallel& par,
-           bool hook) {
+void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, ExpandAct out_act, Isa isa,
+           const kernels::Parallel& par, bool hook) {
   const Conv2dShape e = expand_shape(c), d = dw_shape(c);
   ConvNchwcKnobs kd = kernels::conv_nchwc_default_knobs(d, isa);
   kd.ic_bn = kd.oc_bn = b;
@@ -81,7 +81,8 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, Isa isa, c
   ke.oc_bn = b;
   ke.reg_n = std::min(ke.reg_n, kernels::conv_nchwc_max_reg_n(isa, b));
   SCOPED_TRACE(std::string(c.name) + " b=" + std::to_string(b) + " ic_bn=" + std::to_string(ke.ic_bn) +
-               " act=" + kernels::expand_act_name(act) + " isa=" + kernels::isa_name(isa) +
+               " act=" + kernels::expand_act_name(act) + " out_act=" + kernels::expand_act_name(out_act) +
+               " isa=" + kernels::isa_name(isa) +
                " threads=" + std::to_string(par.num_threads()) + " hook=" + std::to_string(hook));
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const int64_t HW = c.H * c.W, OH = d.OH(), OW = d.OW();
@@ -96,6 +97,7 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, Isa isa, c
   reference::ref_conv2d_nchw(e, x.data(), w1.data(), b1.data(), mid.data(), Activation::None);
   for (auto& v : mid) v = ref_act(v, act);
   reference::ref_conv2d_nchw(d, mid.data(), w2.data(), b2.data(), ref.data(), Activation::None);
+  for (auto& v : ref) v = ref_act(v, out_act);
   if (hook)
     for (auto& v : ref) v = 2.f * v + 1.f;
 
@@ -120,8 +122,8 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, Isa isa, c
     log.y = yb.data();
     h = {&count_hook, &log};
   }
-  kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xb.data(), p1.data(), b1.data(), act, p2.data(), b2.data(), yb.data(),
-                                  par, h, isa);
+  kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xb.data(), p1.data(), b1.data(), act, p2.data(), b2.data(), out_act,
+                                  yb.data(), par, h, isa);
   if (hook) {
     EXPECT_EQ(log.bad_pointer.load(), 0) << "hook data != y + start";
     size_t wrong = 0;
@@ -138,15 +140,17 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, Isa isa, c
   kernels::nchwc_to_nchw(yb.data(), c.N, c.M, OH, OW, b, y.data(), testing::kSerial);
   EXPECT_TRUE(testing::all_close(y.data(), ref.data(), ref.size()));
 
-  // (b) the unfused blocked path, exactly, where the activation runs in the tiles either way.
-  if (!hook && (act == ExpandAct::None || act == ExpandAct::Relu || act == ExpandAct::Relu6)) {
-    const Activation ta = act == ExpandAct::Relu ? Activation::Relu : act == ExpandAct::Relu6 ? Activation::Relu6
-                                                                                               : Activation::None;
+  // (b) the unfused blocked path, exactly, where the activations run in the tiles either way.
+  auto tile_act = [](ExpandAct a, Activation* out) {
+    *out = a == ExpandAct::Relu ? Activation::Relu : a == ExpandAct::Relu6 ? Activation::Relu6 : Activation::None;
+    return a == ExpandAct::None || a == ExpandAct::Relu || a == ExpandAct::Relu6;
+  };
+  Activation ta, tb;
+  if (!hook && tile_act(act, &ta) && tile_act(out_act, &tb)) {
     std::vector<float> mb(static_cast<size_t>(kernels::nchwc_floats(c.N, c.M, c.H, c.W, b)));
     std::vector<float> yu(yb_size);
     kernels::conv2d_nchwc(e, ke, xb.data(), p1.data(), b1.data(), nullptr, ta, mb.data(), testing::kSerial, {}, isa);
-    kernels::conv2d_nchwc(d, kd, mb.data(), p2.data(), b2.data(), nullptr, Activation::None, yu.data(),
-                          testing::kSerial, {}, isa);
+    kernels::conv2d_nchwc(d, kd, mb.data(), p2.data(), b2.data(), nullptr, tb, yu.data(), testing::kSerial, {}, isa);
     size_t differ = 0;
     for (size_t i = 0; i < yb_size; ++i) differ += std::memcmp(&yu[i], &yb[i], sizeof(float)) != 0;
     EXPECT_EQ(differ, 0u) << "fused result differs from conv2d_nchwc, act, conv2d_nchwc";
@@ -162,12 +166,16 @@ TEST(ConvNchwcExpandDw, MatchesReferenceAndUnfusedPath) {
   for (Isa isa : testing::isas_to_test())
     for (const Case& c : kCases)
       for (int b : blocks_of(isa)) {
-        const ExpandAct act = acts[n++ % 5];
-        check(rng, c, b, act, isa, testing::kTwo, false);
-        if (n % 3 == 0) check(rng, c, b, act, isa, testing::kSerial, true);
+        const ExpandAct act = acts[n % 5], out_act = acts[(n * 3 + 1) % 5];
+        ++n;
+        check(rng, c, b, act, out_act, isa, testing::kTwo, false);
+        if (n % 3 == 0) check(rng, c, b, act, out_act, isa, testing::kSerial, true);
       }
-  for (ExpandAct act : acts)  // every activation on every ISA, with the hook
-    for (Isa isa : testing::isas_to_test()) check(rng, kCases[1], blocks_of(isa)[1], act, isa, testing::kTwo, true);
+  for (ExpandAct act : acts)  // every activation in both places on every ISA, with the hook
+    for (Isa isa : testing::isas_to_test()) {
+      check(rng, kCases[1], blocks_of(isa)[1], act, ExpandAct::None, isa, testing::kTwo, true);
+      check(rng, kCases[2], blocks_of(isa)[1], ExpandAct::None, act, isa, testing::kTwo, true);
+    }
 }
 
 TEST(ConvNchwcExpandDw, ActivationsKeepNaNAndInfinities) {
@@ -187,8 +195,8 @@ TEST(ConvNchwcExpandDw, ActivationsKeepNaNAndInfinities) {
     kernels::conv_nchwc_pack_weight(d, kd, w2.data(), p2.data());
     for (ExpandAct act : {ExpandAct::Hardswish, ExpandAct::Silu}) {
       std::vector<float> y(7 * 16);
-      kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xs, p1.data(), nullptr, act, p2.data(), nullptr, y.data(),
-                                      testing::kSerial, {}, isa);
+      kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xs, p1.data(), nullptr, act, p2.data(), nullptr, ExpandAct::None,
+                                      y.data(), testing::kSerial, {}, isa);
       for (int p = 0; p < 7; ++p) {
         SCOPED_TRACE(std::string(kernels::expand_act_name(act)) + " isa=" + kernels::isa_name(isa) +
                      " x=" + std::to_string(xs[p]));

@@ -80,14 +80,14 @@ void conv_nchwc_expand_dw_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, 
 
 void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
                             const ConvNchwcKnobs& kd, const float* x, const float* w_expand, const float* b_expand,
-                            ExpandAct act, const float* w_dw, const float* b_dw, float* y, const Parallel& par,
-                            ElementHook epilogue, Isa isa) {
+                            ExpandAct act, const float* w_dw, const float* b_dw, ExpandAct out_act, float* y,
+                            const Parallel& par, ElementHook epilogue, Isa isa) {
   conv_nchwc_expand_dw_check(e, ke, d, kd, isa);
   if (!isa_supported(isa)) DNNF_THROW("conv2d_nchwc_expand_dw: this CPU cannot run ", isa_name(isa), " kernels");
   DNNF_CHECK(x != nullptr && w_expand != nullptr && w_dw != nullptr && y != nullptr,
              "conv2d_nchwc_expand_dw: x, the weights and y must not be null");
   const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
-  const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, Activation::None);
+  const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(out_act));
   const int64_t N = e.N, H = e.H, W = e.W, b = kd.oc_bn, Mb = ceil_div(e.K, b);
   const int64_t OH = d.OH(), OW = d.OW(), sh = d.stride_h;
   const int64_t x_img = ceil_div(e.C, ke.ic_bn) * H * W * ke.ic_bn, y_img = Mb * OH * OW * b;
@@ -108,7 +108,11 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
     if (cost < best * 0.97) best = cost, nb = cand;  // a near tie goes to fewer bands
   }
 
-  par.parallel_for(N * Mb * nb, 1, [&](int64_t ib, int64_t ie) {
+  // One contiguous share of the items per thread, as the band count assumed: the pool's own
+  // chunking (a few chunks per thread) split 10 items 6:4 (efficientnet_b0's 144-channel layers).
+  const int64_t items = N * Mb * nb;
+  par.parallel_for(T, 1, [&](int64_t sb, int64_t se) {
+    const int64_t ib = sb * items / T, ie = se * items / T;
     thread_local std::vector<float> window;
     if (window.size() < static_cast<size_t>(win_rows * row_floats))
       window.resize(static_cast<size_t>(win_rows * row_floats));
@@ -138,6 +142,7 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
         for (int64_t oh = o0; oh < o1; ++oh) {
           float* y_run = y + n * y_img + (kb * OH + oh) * OW * b;
           dw_rows.run(kb, oh, 0, OW, win, lo, y_run, nullptr, nullptr, stage);
+          activate(y_run, OW * b, out_act, isa);  // padded lanes stay 0: hardswish(0) = silu(0) = 0
           if (epilogue) epilogue(y_run, y_run - y, OW * b);
         }
       }

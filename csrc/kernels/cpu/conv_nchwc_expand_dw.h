@@ -17,8 +17,9 @@
 
 namespace dnnfusion::kernels {
 
-// The activation between the two convolutions. Relu/Relu6 run in the expand tiles' registers;
-// Hardswish and Silu as a vector pass over each window chunk.
+// The activation between the two convolutions (and the one after the depthwise conv). Relu/Relu6
+// run in the tiles' registers; Hardswish and Silu as a vector pass over each window chunk (output
+// row).
 enum class ExpandAct : int8_t { None, Relu, Relu6, Hardswish, Silu };
 const char* expand_act_name(ExpandAct a);
 // Throws dnnfusion::Error naming the allowed names unless `name` is one of none, relu, relu6,
@@ -32,7 +33,7 @@ ExpandAct expand_act_from_name(const std::string& name);
 void conv_nchwc_expand_dw_check(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand, const Conv2dShape& dw,
                                 const ConvNchwcKnobs& k_dw, Isa isa);
 
-// y = dw(act(expand(x, w_expand) + b_expand), w_dw) + b_dw, then the epilogue, with x NCHW[ic_bn]c
+// y = out_act(dw(act(expand(x, w_expand) + b_expand), w_dw) + b_dw), then the epilogue, with x NCHW[ic_bn]c
 // (k_expand.ic_bn), y NCHW[b]c (b = k_dw.oc_bn). Weights packed by conv_nchwc_pack_weight for
 // their own shape and knobs; biases [M] or null. The epilogue contract is conv2d_nchwc's for the
 // depthwise output (once per output row of one block, start = blocked linear index). Padded lanes
@@ -40,7 +41,7 @@ void conv_nchwc_expand_dw_check(const Conv2dShape& expand, const ConvNchwcKnobs&
 // weights.
 void conv2d_nchwc_expand_dw(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand, const Conv2dShape& dw,
                             const ConvNchwcKnobs& k_dw, const float* x, const float* w_expand, const float* b_expand,
-                            ExpandAct act, const float* w_dw, const float* b_dw, float* y, const Parallel& par,
-                            ElementHook epilogue = {}, Isa isa = active_isa());
+                            ExpandAct act, const float* w_dw, const float* b_dw, ExpandAct out_act, float* y,
+                            const Parallel& par, ElementHook epilogue = {}, Isa isa = active_isa());
 
 }  // namespace dnnfusion::kernels
