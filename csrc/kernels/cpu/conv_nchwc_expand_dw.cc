@@ -107,12 +107,16 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
     const double cost = static_cast<double>(ceil_div(N * Mb * cand, T)) * rows;
     if (cost < best * 0.97) best = cost, nb = cand;  // a near tie goes to fewer bands
   }
+  // At least 4 items per thread while bands keep 8 output rows: right after an idle gap one vCPU
+  // can run slow for milliseconds, and only spare items let the other take up its share.
+  while (N * Mb * nb < 4 * T && ceil_div(OH, nb + 1) >= 8 && nb < 16) ++nb;
 
-  // One contiguous share of the items per thread, as the band count assumed: the pool's own
-  // chunking (a few chunks per thread) split 10 items 6:4 (efficientnet_b0's 144-channel layers).
-  const int64_t items = N * Mb * nb;
-  par.parallel_for(T, 1, [&](int64_t sb, int64_t se) {
-    const int64_t ib = sb * items / T, ie = se * items / T;
+  // Items go out in 4 x threads near-equal contiguous shares, taken dynamically: the pool's own
+  // chunking (ceil(items / (4 x threads)) each) split 10 items 6:4 (efficientnet_b0's 144-channel
+  // layers), while one fixed share per thread cannot make up for a worker slowed after idling.
+  const int64_t items = N * Mb * nb, shares = std::min(items, 4 * T);
+  par.parallel_for(shares, 1, [&](int64_t sb, int64_t se) {
+    const int64_t ib = sb * items / shares, ie = se * items / shares;
     thread_local std::vector<float> window;
     if (window.size() < static_cast<size_t>(win_rows * row_floats))
       window.resize(static_cast<size_t>(win_rows * row_floats));
