@@ -88,24 +88,11 @@ void ThreadPool::worker_loop(int /*index*/) {
     }
     seen = g;
     if (stop_.load()) return;
-    if (join_job()) {
-      run_chunks(job_);
-      leave_job();
+    run_chunks(job_);
+    if (job_.active.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lk(mu_);
+      done_cv_.notify_all();
     }
-  }
-}
-
-bool ThreadPool::join_job() const {
-  int64_t s = job_.state.load(std::memory_order_acquire);
-  while (!(s & kClosed))
-    if (job_.state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) return true;
-  return false;
-}
-
-void ThreadPool::leave_job() const {
-  if (job_.state.fetch_sub(1, std::memory_order_acq_rel) == (kClosed | 1)) {  // the caller waits for us
-    std::lock_guard<std::mutex> lk(mu_);
-    done_cv_.notify_all();
   }
 }
 
@@ -128,26 +115,23 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const kernels::RangeFn& 
   job_.n = n;
   job_.chunk = chunk;
   job_.next.store(0);
+  job_.active.store(num_threads_ - 1);
   error_ = nullptr;
-  job_.state.store(0, std::memory_order_release);  // open: the fields above are set
   {
     std::lock_guard<std::mutex> lk(mu_);
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load() > 0) cv_.notify_all();
   run_chunks(job_);
-  // Every chunk is handed out: close the job and wait for the workers inside it (spin first: they
-  // finish about when we do; then block).
-  if (job_.state.fetch_or(kClosed, std::memory_order_acq_rel) != 0) {
-    int spins = 0;
-    while (job_.state.load(std::memory_order_acquire) != kClosed && spins < kSpinIterations) {
-      DNNF_PAUSE();
-      ++spins;
-    }
-    if (job_.state.load(std::memory_order_acquire) != kClosed) {
-      std::unique_lock<std::mutex> lk(mu_);
-      done_cv_.wait(lk, [&] { return job_.state.load(std::memory_order_acquire) == kClosed; });
-    }
+  // Wait for the workers: spin first (they finish about when we do), then block.
+  int spins = 0;
+  while (job_.active.load(std::memory_order_acquire) > 0 && spins < kSpinIterations) {
+    DNNF_PAUSE();
+    ++spins;
+  }
+  if (job_.active.load() > 0) {
+    std::unique_lock<std::mutex> lk(mu_);
+    done_cv_.wait(lk, [&] { return job_.active.load() == 0; });
   }
   jobs_run_.fetch_add(1);
   if (error_) {

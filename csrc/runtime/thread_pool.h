@@ -2,9 +2,7 @@
 // grab chunks of the outermost parallel loop through an atomic counter, spin briefly after a job
 // (back-to-back kernels find them awake) and then sleep on a condition variable, so a PyTorch
 // fallback op running between our kernels does not compete with spinning workers; during a
-// compiled graph's run (ThreadPool::Hold) they keep spinning. A worker takes part in a job only if
-// it arrives before the caller has handed out every chunk; the caller never waits for one that
-// has not arrived (a sleeping vCPU can take milliseconds to run again).
+// compiled graph's run (ThreadPool::Hold) they keep spinning.
 // Precondition: none. Postcondition of parallel_for: every index of [0, n) ran exactly once.
 #pragma once
 #include <atomic>
@@ -52,21 +50,13 @@ class ThreadPool final : public kernels::Parallel {
   };
 
  private:
-  static constexpr int64_t kClosed = int64_t{1} << 40;
   struct alignas(64) Job {
     const kernels::RangeFn* fn = nullptr;
     int64_t n = 0;
     int64_t chunk = 1;
     std::atomic<int64_t> next{0};
-    // Workers inside the job (low bits) | kClosed once the caller has run out of chunks: from then
-    // on no worker may join, and the caller waits only for those inside. A worker that wakes late
-    // (an idle vCPU took ~1.5 ms to schedule after 50 ms asleep) finds the job closed and skips
-    // it, instead of the caller waiting for it with every chunk already done.
-    std::atomic<int64_t> state{kClosed};
+    std::atomic<int> active{0};  // participants still working on this job
   };
-  // Enters job_ unless it is closed; true when entered (then run_chunks and leave_job).
-  bool join_job() const;
-  void leave_job() const;
   void worker_loop(int index);
   void run_chunks(Job& job) const;
 

@@ -173,11 +173,10 @@ TEST(ThreadPool, HoldWakesWorkersAndKeepsThemSpinning) {
   EXPECT_EQ(sum.load(), 30);
 }
 
-// Workers that wake late (asleep when a job starts) join whichever job is open when they arrive,
-// or none: every job still covers its range exactly once, and no chunk of a job runs after its
-// parallel_for returned (the caller closes a job before returning and waits only for the workers
-// inside it). Random sizes and idle gaps put workers at every point of waking up.
-TEST(ThreadPool, LateWorkersNeverRunAFinishedJob) {
+// Workers caught at every point of dozing off and waking up (random sizes, random idle gaps):
+// every job still covers its range exactly once, and no chunk of a job runs after its
+// parallel_for returned.
+TEST(ThreadPool, WorkersWakingAtAnyPointNeverRunAFinishedJob) {
   ThreadPool pool(3);
   std::mt19937_64 rng(dnnfusion::testing::test_seed());
   std::atomic<int64_t> current{-1};
