@@ -107,18 +107,20 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
     rec.detail = std::to_string(n) + " nodes folded";
   };
   run_pass("fold_constants", fold);
-  {  // rewriting runs in every fusion mode (but see merge_parallel_gemms), so the modes differ by fusion alone
-    // A rewrite pass that reports how many nodes it changed, counted under `rule` in the report.
-    using CountingPass = ecg::Graph (*)(const ecg::Graph&, int*);
-    auto counting = [&](CountingPass pass, const char* what, const char* rule) {
-      return [&, pass, what, rule](PassRecord& rec) {
-        int n = 0;
-        g = pass(g, &n);
-        rec.changed = n > 0;
-        rec.detail = std::to_string(n) + " " + what;
-        if (n) result.rules_applied[rule] += n;
-      };
+  // A pass that reports how many nodes it changed: counted under `rule` in the report (rewrites)
+  // and/or added to `*total`.
+  using CountingPass = ecg::Graph (*)(const ecg::Graph&, int*);
+  auto counting = [&](CountingPass pass, const char* what, const char* rule = nullptr, int* total = nullptr) {
+    return [&, pass, what, rule, total](PassRecord& rec) {
+      int n = 0;
+      g = pass(g, &n);
+      rec.changed = n > 0;
+      rec.detail = std::to_string(n) + " " + what;
+      if (n && rule) result.rules_applied[rule] += n;
+      if (total) *total += n;
     };
+  };
+  {  // rewriting runs in every fusion mode (but see merge_parallel_gemms), so the modes differ by fusion alone
     const auto noops = counting(rewrite::remove_noops, "no-ops removed", "remove no-op");
     const auto cse = counting(rewrite::eliminate_common_subexpressions, "nodes merged", "common subexpression");
     run_pass("remove_noops", noops);
@@ -175,27 +177,12 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
                    std::to_string(st.reblocked) + " re-block, " + std::to_string(st.ops_propagated) + " ops propagated";
     });
     run_pass("fold_constants", fold);  // packs the conv weights once
-    run_pass("remove_noops", [&](PassRecord& rec) {
-      int n = 0;
-      g = rewrite::remove_noops(g, &n);
-      rec.changed = n > 0;
-      rec.detail = std::to_string(n) + " no-ops removed";
-    });
-    run_pass("fold_input_scale", [&](PassRecord& rec) {
-      int n = 0;
-      g = layout::fold_input_scale(g, &n);
-      rec.changed = n > 0;
-      rec.detail = std::to_string(n) + " channel scales folded into conv weights";
-    });
+    run_pass("remove_noops", counting(rewrite::remove_noops, "no-ops removed"));
+    run_pass("fold_input_scale", counting(layout::fold_input_scale, "channel scales folded into conv weights"));
     // A conv -> conv fusion: beyond TVM's rules (and off with fusion off), so DNNFusion mode only.
     if (opts.fusion == fusion::Mode::DnnFusion && opts.fuse_expand_depthwise)
-      run_pass("fuse_expand_depthwise", [&](PassRecord& rec) {
-        int n = 0;
-        g = layout::fuse_expand_depthwise(g, &n);
-        result.expand_dw_fused = n;
-        rec.changed = n > 0;
-        rec.detail = std::to_string(n) + " 1x1 expand + depthwise convs fused";
-      });
+      run_pass("fuse_expand_depthwise", counting(layout::fuse_expand_depthwise, "1x1 expand + depthwise convs fused",
+                                                 nullptr, &result.expand_dw_fused));
   }
   if (opts.pack_gemm_weights) {
     run_pass("pack_gemm_weights", [&](PassRecord& rec) {

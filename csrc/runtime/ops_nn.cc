@@ -167,7 +167,7 @@ void run_conv_nchwc(KernelCall& c) {
 }
 
 // conv2d_nchwc_expand_dw (layout/fuse_expand_depthwise): the depthwise conv's attributes, the
-// expand conv's prefixed with expand_, the activations expand_act and (optional) dw_act; inputs
+// expand conv's prefixed with expand_, the activations expand_act and dw_act; inputs
 // (x, expand weight, expand bias, dw weight, dw bias).
 kernels::Conv2dShape expand_shape(const Graph& g, const Node& n) {
   const auto ws = n.attr_ints("expand_weight_shape");
@@ -193,7 +193,7 @@ std::string check_conv_expand_dw(const Graph& g, const Node& n) {
     const auto ke = expand_knobs(n), kd = nchwc_knobs(n);
     kernels::conv_nchwc_expand_dw_check(e, ke, d, kd, kernels::active_isa());
     kernels::expand_act_from_name(n.attr_str("expand_act"));
-    if (n.has_attr("dw_act")) kernels::expand_act_from_name(n.attr_str("dw_act"));
+    kernels::expand_act_from_name(n.attr_str("dw_act"));
     for (auto [slot, s, k] : {std::tuple{1, e, ke}, std::tuple{3, d, kd}})
       if (g.value(n.inputs[slot]).numel() != kernels::conv_nchwc_packed_weight_floats(s, k))
         return detail::str_cat("conv2d_nchwc_expand_dw: packed weight ", slot, " has ", g.value(n.inputs[slot]).numel(),
@@ -209,8 +209,7 @@ void run_conv_expand_dw(KernelCall& c) {
   kernels::conv2d_nchwc_expand_dw(expand_shape(c.g, c.n), expand_knobs(c.n), nchwc_conv_shape(c.g, c.n, true),
                                   nchwc_knobs(c.n), fin(c, 0), fin(c, 1), opt(2),
                                   kernels::expand_act_from_name(c.n.attr_str("expand_act")), fin(c, 3), opt(4),
-                                  c.n.has_attr("dw_act") ? kernels::expand_act_from_name(c.n.attr_str("dw_act"))
-                                                         : kernels::ExpandAct::None,
+                                  kernels::expand_act_from_name(c.n.attr_str("dw_act")),
                                   fout(c, 0), c.par, c.epilogue ? *c.epilogue : kernels::ElementHook{});
 }
 

@@ -573,8 +573,8 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
   const nchwc_detail::ConvRows rows_of(s, k, isa, packed_w, bias, act);
   const bool dw = is_depthwise(s), flat = is_flat(s);
   const int64_t icb = k.ic_bn, ocb = k.oc_bn, OH = s.OH(), OW = s.OW();
-  const int64_t Cb = dw ? ceil_div(s.C, ocb) : ceil_div(s.C, icb), Kb = ceil_div(s.K, ocb);
-  const int64_t x_img = Cb * s.H * s.W * (dw ? ocb : icb), y_img = Kb * OH * OW * ocb;
+  const int64_t Kb = ceil_div(s.K, ocb);
+  const int64_t x_img = nchwc_floats(1, s.C, s.H, s.W, dw ? ocb : icb), y_img = nchwc_floats(1, s.K, OH, OW, ocb);
   const int64_t w_blk = rows_of.weight_block_floats();
 
   // Work items: (n, oc block, row, segment). A row is an output row, except for flat 1x1 convs

@@ -78,7 +78,7 @@ namespace {
 // Whole zmm registers, without a division: GCC vectorizes the portable formula with vdivps, and
 // the generated code's exp (codegen/expr_rules.cc) needs a two-step range reduction; here 2^n is
 // one scalef and 1 / (1 + e) a reciprocal estimate plus one Newton step (18 instructions per 16
-// floats instead of 25: SiLU over 32K floats in L1, 1 thread, 1.17 -> ~0.8 cycles per float).
+// floats; SiLU over 32K floats in L1, 1 thread: 0.23 ns per float, the generated code 0.32).
 // GCC 12 reports the unmasked forms of min, max, roundscale, scalef and rcp14 as reading an
 // uninitialized register (their headers pass _mm512_undefined_ps as the merge source): false.
 #pragma GCC diagnostic push

@@ -90,7 +90,7 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(out_act));
   const int64_t N = e.N, H = e.H, W = e.W, b = kd.oc_bn, Mb = ceil_div(e.K, b);
   const int64_t OH = d.OH(), OW = d.OW(), sh = d.stride_h;
-  const int64_t x_img = ceil_div(e.C, ke.ic_bn) * H * W * ke.ic_bn, y_img = Mb * OH * OW * b;
+  const int64_t x_img = nchwc_floats(1, e.C, H, W, ke.ic_bn), y_img = nchwc_floats(1, e.K, OH, OW, b);
   const int64_t taps_h = (d.R - 1) * d.dil_h + 1;  // input rows one output row's taps span
   const int64_t row_floats = W * b;
   const int64_t chunk = std::max<int64_t>(1, (std::max<int64_t>(taps_h, kWindowBytes / (row_floats * 4)) - taps_h) / sh + 1);
