@@ -1,9 +1,12 @@
 #include "runtime/thread_pool.h"
 
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <set>
@@ -28,7 +31,15 @@ constexpr int kSpinIterations = 20000;
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+  const char* off = std::getenv("DNNFUSION_NO_AFFINITY");
+  CPU_ZERO(&home_);
+  // Too few CPUs to keep one free for the caller: the scheduler places everyone.
+  steer_ = !(off && *off && std::strcmp(off, "0") != 0) && sched_getaffinity(0, sizeof(home_), &home_) == 0 &&
+           CPU_COUNT(&home_) >= num_threads_;
+  for (int i = 1; i < num_threads_; ++i) {
+    workers_.emplace_back([this, i] { worker_loop(i); });
+    handles_.push_back(workers_.back().native_handle());
+  }
 }
 
 ThreadPool::~ThreadPool() {
@@ -59,7 +70,30 @@ void ThreadPool::run_chunks(Job& job) const {
   tl_in_parallel = was;
 }
 
+void ThreadPool::steer_workers() const {
+  if (!steer_ || workers_.empty()) return;
+  const int cpu = sched_getcpu();
+  if (cpu < 0) return;
+  std::unique_lock<std::mutex> lk(steer_mu_, std::try_to_lock);
+  if (!lk.owns_lock() || cpu == steered_cpu_) return;
+  cpu_set_t set = home_;
+  if (cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set)) CPU_CLR(cpu, &set);
+  for (auto h : handles_) pthread_setaffinity_np(h, sizeof(set), &set);
+  steered_cpu_ = cpu;
+}
+
+bool ThreadPool::worker_may_run_on(int index, int cpu) const {
+  DNNF_CHECK(index >= 1 && index < num_threads_, "worker index ", index, " is out of range [1, ",
+             num_threads_, ")");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(handles_[index - 1], sizeof(set), &set) != 0)
+    return true;
+  return cpu >= 0 && cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set);
+}
+
 ThreadPool::Hold::Hold(const ThreadPool& pool) : pool_(pool) {
+  pool_.steer_workers();
   if (pool_.holds_.fetch_add(1) == 0 && pool_.sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lk(pool_.mu_);
     pool_.cv_.notify_all();
@@ -108,6 +142,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const kernels::RangeFn& 
     fn(0, n);
     return;
   }
+  steer_workers();  // the caller may have moved since the run began
   // A few chunks per thread balance uneven work without paying much for the atomic.
   const int64_t max_chunks = static_cast<int64_t>(num_threads_) * 4;
   int64_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);

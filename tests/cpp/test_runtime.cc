@@ -1,9 +1,11 @@
 // Runtime: memory planner, thread pool, executor (aliasing, liveness, errors) and the
 // constant-folding pass with the pipeline around it.
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -171,6 +173,71 @@ TEST(ThreadPool, HoldWakesWorkersAndKeepsThemSpinning) {
   EXPECT_TRUE(wait_for_sleepers(pool, 2));  // released: back to spin-then-sleep
   pool.parallel_for(10, 1, [&](int64_t b, int64_t e) { sum += e - b; });
   EXPECT_EQ(sum.load(), 30);
+}
+
+namespace {
+// The CPUs the calling thread may use.
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  std::vector<int> cpus;
+  for (int c = 0; c < CPU_SETSIZE; ++c)
+    if (CPU_ISSET(c, &set)) cpus.push_back(c);
+  return cpus;
+}
+void pin_self(const std::vector<int>& cpus) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int c : cpus) CPU_SET(c, &set);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(set), &set), 0);
+}
+}  // namespace
+
+// A worker must not share the submitting thread's CPU (a woken worker placed there time-shared
+// it with the caller while the other CPU idled), and follows the caller when it moves.
+TEST(ThreadPool, KeepsWorkersOffTheCallersCpu) {
+  const std::vector<int> cpus = allowed_cpus();
+  std::atomic<int64_t> sum{0};
+  auto job = [&](int64_t b, int64_t e) { sum += e - b; };
+  // More threads than CPUs: nothing to steer, workers may go anywhere.
+  ThreadPool big(static_cast<int>(cpus.size()) + 1);
+  EXPECT_FALSE(big.steering());
+  big.parallel_for(64, 1, job);
+  for (int w = 1; w < big.num_threads(); ++w)
+    for (int c : cpus) EXPECT_TRUE(big.worker_may_run_on(w, c));
+  EXPECT_EQ(sum.load(), 64);
+  EXPECT_THROW(big.worker_may_run_on(big.num_threads(), cpus[0]), Error);
+  if (cpus.size() < 2) return;  // the steering below needs a second CPU
+  ThreadPool pool(2);
+  ASSERT_TRUE(pool.steering());
+  pin_self({cpus[0]});
+  {
+    const ThreadPool::Hold hold(pool);
+    EXPECT_FALSE(pool.worker_may_run_on(1, cpus[0]));
+    EXPECT_TRUE(pool.worker_may_run_on(1, cpus[1]));
+    pool.parallel_for(8, 1, job);
+  }
+  pin_self({cpus[1]});  // the caller moved: the next job sends the worker elsewhere
+  pool.parallel_for(8, 1, job);
+  EXPECT_FALSE(pool.worker_may_run_on(1, cpus[1]));
+  EXPECT_TRUE(pool.worker_may_run_on(1, cpus[0]));
+  pin_self(cpus);
+  EXPECT_EQ(sum.load(), 64 + 8 * 2);
+}
+
+TEST(ThreadPool, AffinitySteeringCanBeTurnedOff) {
+  const std::vector<int> cpus = allowed_cpus();
+  ASSERT_EQ(setenv("DNNFUSION_NO_AFFINITY", "1", 1), 0);
+  ThreadPool pool(2);
+  ASSERT_EQ(unsetenv("DNNFUSION_NO_AFFINITY"), 0);
+  EXPECT_FALSE(pool.steering());
+  pin_self({cpus.back()});
+  std::atomic<int64_t> sum{0};
+  pool.parallel_for(8, 1, [&](int64_t b, int64_t e) { sum += e - b; });
+  pin_self(cpus);
+  EXPECT_EQ(sum.load(), 8);
+  for (int c : cpus) EXPECT_TRUE(pool.worker_may_run_on(1, c));
 }
 
 // Workers caught at every point of dozing off and waking up (random sizes, random idle gaps):
