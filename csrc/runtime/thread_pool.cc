@@ -30,7 +30,8 @@ thread_local bool tl_in_parallel = false;
 constexpr int kSpinIterations = 20000;
 }  // namespace
 
-ThreadPool::ThreadPool(int num_threads) : num_threads_(std::max(1, num_threads)) {
+ThreadPool::ThreadPool(int num_threads)
+    : num_threads_(std::max(1, num_threads)), shares_(new Share[static_cast<size_t>(std::max(1, num_threads))]) {
   const char* off = std::getenv("DNNFUSION_NO_AFFINITY");
   CPU_ZERO(&home_);
   // Too few CPUs to keep one free for the caller: the scheduler places everyone.
@@ -52,19 +53,36 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunks(Job& job) const {
+bool ThreadPool::take(Share& s, int64_t chunk, bool front, int64_t& b, int64_t& e) {
+  while (s.busy.exchange(true, std::memory_order_acquire)) DNNF_PAUSE();
+  const bool any = s.begin < s.end;
+  if (any && front) {
+    b = s.begin;
+    e = std::min(s.end, b + chunk);
+    s.begin = e;
+  } else if (any) {
+    e = s.end;
+    b = std::max(s.begin, e - chunk);
+    s.end = b;
+  }
+  s.busy.store(false, std::memory_order_release);
+  return any;
+}
+
+void ThreadPool::run_chunks(Job& job, int self) const {
   const bool was = tl_in_parallel;
   tl_in_parallel = true;
-  for (;;) {
-    int64_t b = job.next.fetch_add(job.chunk);
-    if (b >= job.n) break;
-    int64_t e = std::min(job.n, b + job.chunk);
-    try {
-      (*job.fn)(b, e);
-    } catch (...) {
-      std::lock_guard<std::mutex> lk(err_mu_);
-      if (!error_) error_ = std::current_exception();
-      job.next.store(job.n);  // stop handing out work
+  for (int k = 0; k < num_threads_; ++k) {  // own part first, then the others' from the back
+    Share& s = shares_[(self + k) % num_threads_];
+    int64_t b = 0, e = 0;
+    while (!job.stop.load(std::memory_order_relaxed) && take(s, job.chunk, k == 0, b, e)) {
+      try {
+        (*job.fn)(b * job.grain, std::min(job.n, e * job.grain));
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(err_mu_);
+        if (!error_) error_ = std::current_exception();
+        job.stop.store(true);
+      }
     }
   }
   tl_in_parallel = was;
@@ -102,7 +120,7 @@ ThreadPool::Hold::Hold(const ThreadPool& pool) : pool_(pool) {
 
 ThreadPool::Hold::~Hold() { pool_.holds_.fetch_sub(1); }
 
-void ThreadPool::worker_loop(int /*index*/) {
+void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
@@ -122,7 +140,7 @@ void ThreadPool::worker_loop(int /*index*/) {
     }
     seen = g;
     if (stop_.load()) return;
-    run_chunks(job_);
+    run_chunks(job_, index);
     if (job_.active.fetch_sub(1) == 1) {
       std::lock_guard<std::mutex> lk(mu_);
       done_cv_.notify_all();
@@ -143,13 +161,17 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const kernels::RangeFn& 
     return;
   }
   steer_workers();  // the caller may have moved since the run began
-  // A few chunks per thread balance uneven work without paying much for the atomic.
-  const int64_t max_chunks = static_cast<int64_t>(num_threads_) * 4;
-  int64_t chunk = std::max(grain, (n + max_chunks - 1) / max_chunks);
+  // A few chunks per thread balance uneven work without paying much for the locks.
+  const int64_t units = (n + grain - 1) / grain, max_chunks = static_cast<int64_t>(num_threads_) * 4;
   job_.fn = &fn;
   job_.n = n;
-  job_.chunk = chunk;
-  job_.next.store(0);
+  job_.grain = grain;
+  job_.chunk = (units + max_chunks - 1) / max_chunks;
+  job_.stop.store(false);
+  for (int t = 0; t < num_threads_; ++t) {
+    shares_[t].begin = units * t / num_threads_;
+    shares_[t].end = units * (t + 1) / num_threads_;
+  }
   job_.active.store(num_threads_ - 1);
   error_ = nullptr;
   {
@@ -157,7 +179,7 @@ void ThreadPool::parallel_for(int64_t n, int64_t grain, const kernels::RangeFn& 
     generation_.fetch_add(1, std::memory_order_release);
   }
   if (sleepers_.load() > 0) cv_.notify_all();
-  run_chunks(job_);
+  run_chunks(job_, 0);
   // Wait for the workers: spin first (they finish about when we do), then block.
   int spins = 0;
   while (job_.active.load(std::memory_order_acquire) > 0 && spins < kSpinIterations) {

@@ -215,6 +215,36 @@ TEST(ConvNchwc, NamedVariantsEveryIsa) {
   }
 }
 
+// Position-major and block-major item orders both cover every output exactly once, with the
+// hook, serial and on three threads (shares that cut rows and blocks mid-way).
+TEST(ConvNchwc, BothWorkSplitsMatchReference) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 309);
+  const testing::ThreadParallel three(3);
+  struct Case {
+    Conv2dShape s;
+    bool spatial;
+  };
+  const Case cases[] = {
+      {shape(1, 24, 10, 9, 40, 3, 3, 1, 1), true},      // small weights: position-major
+      {shape(2, 40, 9, 7, 40, 1, 1, 1, 0), true},       // flat 1x1, two images
+      {shape(1, 48, 9, 8, 48, 3, 3, 2, 1, 1, 48), true},  // depthwise
+      {shape(1, 192, 7, 6, 200, 3, 3, 1, 1), false},    // 1.4 MB of weights: block-major
+      {shape(1, 1040, 5, 5, 256, 1, 1, 1, 0), false},   // flat 1x1 past 1 MiB
+  };
+  for (Isa isa : testing::isas_to_test())
+    for (const auto& c : cases) {
+      const ConvNchwcKnobs k = kernels::conv_nchwc_default_knobs(c.s, isa);
+      EXPECT_EQ(kernels::conv_nchwc_spatial_split(c.s, k), c.spatial) << describe(c.s, k);
+      Options o;
+      o.hook = true;
+      o.residual = true;
+      o.act = Activation::Relu;
+      check(rng, c.s, k, isa, testing::kSerial, o);
+      check(rng, c.s, k, isa, three, o);
+    }
+}
+
 TEST(ConvNchwc, ResidualRelu6AndHook) {
   SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 rng(testing::test_seed() + 302);

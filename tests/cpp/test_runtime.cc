@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <numeric>
 #include <random>
 #include <set>
@@ -238,6 +240,71 @@ TEST(ThreadPool, AffinitySteeringCanBeTurnedOff) {
   pin_self(cpus);
   EXPECT_EQ(sum.load(), 8);
   for (int c : cpus) EXPECT_TRUE(pool.worker_may_run_on(1, c));
+}
+
+namespace {
+// Polls until flag(); false after 5 s (a deadlock in the code under test fails instead of hanging).
+template <class F>
+bool eventually(F flag) {
+  for (int i = 0; i < 5000 && !flag(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return flag();
+}
+}  // namespace
+
+// Thread t starts at the front of its own share [t*n/T, (t+1)*n/T), so a kernel's rows go to the
+// same thread in every job; a thread done with its share takes the rest of another from the back.
+TEST(ThreadPool, EachThreadStartsOnItsOwnShareAndStealsFromTheBack) {
+  ThreadPool pool(2);
+  std::vector<std::atomic<int>> ran(8);
+  std::vector<std::thread::id> who(8);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> first_met{false};
+  std::atomic<int> arrived{0};
+  // Both shares' first chunks (indices 0 and 4) wait for each other: each thread started on its own.
+  // Then index 4 waits for 5..7, which only the other thread can run: stolen from the back of share 1.
+  pool.parallel_for(8, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      who[i] = std::this_thread::get_id();
+      if (i == 0 || i == 4) {
+        if (arrived.fetch_add(1) == 1) first_met = true;
+        EXPECT_TRUE(eventually([&] { return first_met.load(); })) << "index " << i;
+      }
+      if (i == 4) {
+        EXPECT_TRUE(eventually([&] { return ran[5] && ran[6] && ran[7]; }));
+      }
+      ran[i].fetch_add(1);
+    }
+  });
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(ran[i].load(), 1) << "index " << i;
+  EXPECT_EQ(who[0], caller);
+  EXPECT_NE(who[4], caller);
+  for (int i = 5; i < 8; ++i) EXPECT_NE(who[i], who[4]) << "index " << i;
+}
+
+// Shares and chunks are whole grains: every chunk but the one holding the last index is a multiple
+// of the grain, and starts on one.
+TEST(ThreadPool, ChunksAreWholeGrains) {
+  ThreadPool pool(3);
+  for (int64_t n : {7, 10, 64, 1000, 1001})
+    for (int64_t grain : {1, 3, 8, 64}) {
+      std::mutex mu;
+      std::vector<std::pair<int64_t, int64_t>> chunks;
+      pool.parallel_for(n, grain, [&](int64_t b, int64_t e) {
+        std::lock_guard<std::mutex> lk(mu);
+        chunks.emplace_back(b, e);
+      });
+      std::sort(chunks.begin(), chunks.end());
+      int64_t at = 0;
+      for (auto [b, e] : chunks) {
+        EXPECT_EQ(b, at) << "n=" << n << " grain=" << grain;
+        EXPECT_EQ(b % grain, 0) << "n=" << n << " grain=" << grain;
+        if (e != n) {
+          EXPECT_EQ((e - b) % grain, 0) << "n=" << n << " grain=" << grain;
+        }
+        at = e;
+      }
+      EXPECT_EQ(at, n);
+    }
 }
 
 // Workers caught at every point of dozing off and waking up (random sizes, random idle gaps):

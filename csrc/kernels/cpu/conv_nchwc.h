@@ -82,6 +82,13 @@ void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const
 
 // Floats of an NCHW[c_bn]c tensor: N * ceil(C/c_bn) * c_bn * H * W.
 int64_t nchwc_floats(int64_t N, int64_t C, int64_t H, int64_t W, int c_bn);
+// Whether conv2d_nchwc orders its work items position-major (image, output row or 1x1 segment,
+// then output block) rather than block-major (image, output block, then row). The thread pool
+// gives each thread the same contiguous share of every kernel's items, so position-major has a
+// thread read the rows it wrote one layer earlier from its own core's L2, where block-major has
+// it read the whole input, half of it written on the other core. True for depthwise convs and
+// while the packed weights (which every thread then streams whole) stay within 1 MiB.
+bool conv_nchwc_spatial_split(const Conv2dShape& s, const ConvNchwcKnobs& k);
 // NCHW -> NCHW[c_bn]c (padded channels written as 0).
 void nchw_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_bn, float* y,
                    const Parallel& par);
@@ -102,6 +109,7 @@ void nchwc_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, 
 // stored, on any worker: data = &y[start], count = positions * oc_bn, start = the linear index in
 // the blocked [N][Kb][OH][OW][oc_bn] layout. Padded lanes are included; every y element is passed
 // exactly once.
+// Work split: see conv_nchwc_spatial_split.
 // Throws dnnfusion::Error (conv_nchwc_check) on unsupported shapes or invalid knobs for isa.
 void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
                   const float* packed_w, const float* bias, const float* residual, Activation act,

@@ -110,10 +110,15 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   // At least 4 items per thread while bands keep 8 output rows: right after an idle gap one vCPU
   // can run slow for milliseconds, and only spare items let the other take up its share.
   while (N * Mb * nb < 4 * T && ceil_div(OH, nb + 1) >= 8 && nb < 16) ++nb;
+  // Whole bands per thread (while bands keep 8 rows): with items band-major, thread t's share of
+  // the items is then a band of rows of every channel block, the rows the spatially split 1x1
+  // conv before it wrote on the same core (see spatial_split in conv_nchwc.cc); measured 1-4% on
+  // mobilenet_v2/v3 at batch 1.
+  if (N < T && nb % T != 0 && ceil_div(OH, ceil_div(nb, T) * T) >= 8) nb = ceil_div(nb, T) * T;
 
-  // Items go out in 4 x threads near-equal contiguous shares, taken dynamically: the pool's own
-  // chunking (ceil(items / (4 x threads)) each) split 10 items 6:4 (efficientnet_b0's 144-channel
-  // layers), while one fixed share per thread cannot make up for a worker slowed after idling.
+  // Items go out in 4 x threads near-equal contiguous shares, each thread starting on its own
+  // (the pool's own chunking, ceil(items / (4 x threads)) each, split 10 items 6:4 in
+  // efficientnet_b0's 144-channel layers), so a thread slowed after idling can be made up for.
   const int64_t items = N * Mb * nb, shares = std::min(items, 4 * T);
   par.parallel_for(shares, 1, [&](int64_t sb, int64_t se) {
     const int64_t ib = sb * items / shares, ie = se * items / shares;
@@ -123,7 +128,7 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
     float* win = window.data();
     std::vector<float> stage;
     for (int64_t it = ib; it < ie; ++it) {
-      const int64_t band = it % nb, kb = (it / nb) % Mb, n = it / (nb * Mb);
+      const int64_t kb = it % Mb, band = (it / Mb) % nb, n = it / (nb * Mb);
       const int64_t o_begin = band * OH / nb, o_end = (band + 1) * OH / nb;
       const float* xn = x + n * x_img;
       int64_t lo = 0, hi = 0;  // the window holds expanded rows [lo, hi)
