@@ -110,6 +110,7 @@ TEST(Reduction, FastPathShapes) {
       {{3, 70001}, {1}},              // few long rows
       {{2000, 3}, {0}},               // tall and thin
       {{1, 3, 112, 112, 32}, {2, 3}}, // global pool of NCHW32c: few [R][I] groups, rows split
+      {{1, 10, 56, 56, 32}, {2, 3}},  // many [R][I] groups, rows split too (row-block-major work)
       {{1, 1, 5000, 2000}, {2}},      // [R][I] with I past one inner tile, rows split
   };
   for (const auto& c : cases)
@@ -193,6 +194,13 @@ TEST(Reduction, LongSumAccurateAndThreadIndependent) {
   reduce(ReduceOp::Sum, {1, n / 16, 16}, {1}, x.data(), DType::Float32, c1.data(), DType::Float32, 0, kSerial);
   reduce(ReduceOp::Sum, {1, n / 16, 16}, {1}, x.data(), DType::Float32, c2.data(), DType::Float32, 0, kTwo);
   EXPECT_EQ(c1, c2);
+  // Many groups with split rows: the work order is row-block-major, the merge order fixed.
+  const int64_t groups = 9, rows = n / (16 * groups);
+  std::vector<float> g1(groups * 16), g3(groups * 16);
+  reduce(ReduceOp::Sum, {groups, rows, 16}, {1}, x.data(), DType::Float32, g1.data(), DType::Float32, 0, kSerial);
+  reduce(ReduceOp::Sum, {groups, rows, 16}, {1}, x.data(), DType::Float32, g3.data(), DType::Float32, 0,
+         testing::ThreadParallel(3));
+  EXPECT_EQ(g1, g3);
   double mean = 0;
   reduce(ReduceOp::Mean, {1, n}, {1}, x.data(), DType::Float32, &mean, DType::Float64, 0, kTwo);
   EXPECT_NEAR(mean, exact / n, 1e-12);

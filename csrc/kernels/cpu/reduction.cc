@@ -200,15 +200,20 @@ void reduce_ORI(const C& c, const In* x, int64_t O, int64_t R, int64_t I, typena
   }
   const int64_t tiles = (I + kInnerTile - 1) / kInnerTile;
   const int64_t width = std::min(I, kInnerTile);
-  // Few output rows over a long reduced axis (a global pool over a channel-blocked [1, C/x, H, W, x]
-  // tensor is O = C/x, I = x): fixed blocks of rows in parallel, merged in block order. The split
-  // depends on the shape only, so results do not depend on the thread count.
+  // A long reduced axis (a global pool over a channel-blocked [1, C/x, H, W, x] tensor is O = C/x,
+  // R = H*W, I = x): fixed blocks of rows in parallel, merged in block order. The split depends on
+  // the shape only, so results do not depend on the thread count.
   const int64_t rblk = std::max<int64_t>(64, 16384 / width), nrb = (R + rblk - 1) / rblk;
-  if (O * tiles < 8 && nrb > 1) {
+  if (nrb > 1) {
+    // Work goes out row-block-major (all output rows' first row block, then the second, ...):
+    // the thread pool's fixed shares then give each thread a band of the reduced rows, the band
+    // the spatially split conv before it wrote on the same core (see conv_nchwc_spatial_split).
+    // efficientnet_b0's squeeze-and-excitation means: 0.34 -> 0.30 ms per call at batch 1.
     // (not std::vector: Acc may be bool)
     std::unique_ptr<Acc[]> part(new Acc[static_cast<size_t>(O * tiles * nrb * width)]);
     par.parallel_for(O * tiles * nrb, 1, [&](int64_t b, int64_t e) {
-      for (int64_t t = b; t < e; ++t) {
+      for (int64_t i = b; i < e; ++i) {
+        const int64_t t = (i % (O * tiles)) * nrb + i / (O * tiles);  // part[] stays [O*tiles][nrb]
         const int64_t ot = t / nrb, k = t % nrb, o = ot / tiles, i0 = (ot % tiles) * kInnerTile;
         const int64_t s = k * rblk;
         col_reduce<In>(c, x + (o * R + s) * I + i0, std::min(rblk, R - s), std::min(kInnerTile, I - i0), I,
