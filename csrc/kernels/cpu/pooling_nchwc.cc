@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/pooling_nchwc_ukernel.h"
 
 namespace dnnfusion::kernels {
 
@@ -80,9 +81,16 @@ void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out, i
 }  // namespace
 
 void max_pool2d_nchwc(const Pool2dShape& s, int64_t b, const float* x, float* y, const Parallel& par,
-                      const ElementHook* epilogue) {
+                      const ElementHook* epilogue, Isa isa) {
   check(s, b, x, y, "max_pool2d_nchwc");
+  if (!isa_supported(isa)) DNNF_THROW("max_pool2d_nchwc: this CPU cannot run ", isa_name(isa), " kernels");
   const float neg_inf = -std::numeric_limits<float>::infinity();
+  if (isa == Isa::Avx512 && b % 16 == 0) {
+    for_rows(s, b, y, par, epilogue, [&](int64_t p, int64_t oh, float* out) {
+      pool_detail::max_row_avx512(s, x + p * s.H * s.W * b, oh, out, b);
+    });
+    return;
+  }
   if (b == 8 || b == 16 || b % 32 == 0) {
     auto row = b == 8 ? &max_row<8> : b == 16 ? &max_row<16> : &max_row<32>;
     const int64_t part = std::min<int64_t>(b, 32);

@@ -11,14 +11,17 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/fusion_hooks.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/pooling.h"
 
 namespace dnnfusion::kernels {
 
+// isa: the row kernel (AVX-512 for blocks of 16k lanes, else SSE / scalar); Scalar and Avx2 both
+// take the baseline rows. Throws if the CPU lacks it.
 void max_pool2d_nchwc(const Pool2dShape& s, int64_t b, const float* x, float* y, const Parallel& par,
-                      const ElementHook* epilogue = nullptr);
+                      const ElementHook* epilogue = nullptr, Isa isa = active_isa());
 
 void avg_pool2d_nchwc(const Pool2dShape& s, int64_t b, const float* x, float* y, bool count_include_pad,
                       int64_t divisor_override, const Parallel& par, const ElementHook* epilogue = nullptr);
