@@ -228,6 +228,7 @@ TEST(ConvNchwc, BothWorkSplitsMatchReference) {
   const Case cases[] = {
       {shape(1, 24, 10, 9, 40, 3, 3, 1, 1), true},      // small weights: position-major
       {shape(2, 40, 9, 7, 40, 1, 1, 1, 0), true},       // flat 1x1, two images
+      {shape(2, 64, 12, 12, 64, 3, 3, 1, 1), true},     // a batch: the zero-padded input copy
       {shape(1, 48, 9, 8, 48, 3, 3, 2, 1, 1, 48), true},  // depthwise
       {shape(1, 192, 7, 6, 200, 3, 3, 1, 1), false},    // 1.4 MB of weights: block-major
       {shape(1, 1040, 5, 5, 256, 1, 1, 1, 0), false},   // flat 1x1 past 1 MiB
