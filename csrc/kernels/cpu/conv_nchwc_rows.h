@@ -32,7 +32,7 @@ class ConvRows {
  private:
   static constexpr int kMaxRn = 32;
   Conv2dShape s_;
-  bool dw_, flat_;
+  bool dw_, flat_, merge_kw_ = false;
   int64_t icb_, ocb_, rn_max_, Cb_ = 0, Kb_ = 0, xb_ = 0, w_blk_ = 0, k_tail_ = 0;
   int64_t edge_lo_ = 0, edge_hi_ = 0, stage_floats_ = 0;
   const float* packed_w_;
