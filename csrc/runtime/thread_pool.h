@@ -1,9 +1,9 @@
 // Persistent worker pool (DESIGN.md §7, NeoCPU §3.2). The calling thread takes part; each thread
 // owns a fixed contiguous part of the outermost parallel loop (thread t: [t*n/T, (t+1)*n/T)),
-// works through it in chunks and then takes chunks from the back of parts not yet done; spin briefly after a job
-// (back-to-back kernels find them awake) and then sleep on a condition variable, so a PyTorch
-// fallback op running between our kernels does not compete with spinning workers; during a
-// compiled graph's run (ThreadPool::Hold) they keep spinning.
+// works through it in chunks and then takes chunks from the back of parts not yet done. Workers
+// spin briefly after a job (back-to-back kernels find them awake) and then sleep on a condition
+// variable, so a PyTorch fallback op running between our kernels does not compete with spinning
+// workers; during a compiled graph's run (ThreadPool::Hold) they keep spinning.
 // Precondition: none. Postcondition of parallel_for: every index of [0, n) ran exactly once.
 #pragma once
 #include <sched.h>

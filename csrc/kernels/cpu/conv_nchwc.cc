@@ -477,11 +477,13 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
   t.w = w_row;
   t.w_cb = R * S * icb * ocb;
   t.w_kh = S * (dw ? ocb : icb * ocb);
+  // merge_kw_: one loop of S*C channel steps per kernel row instead of S loops of C.
+  const int64_t n_kw = merge_kw_ ? 1 : S, ic_last = merge_kw_ ? S * icb : dw ? icb : s.C - (Cb_ - 1) * icb;
   t.n_cb = dw ? 1 : Cb_;
   t.n_kh = n_kh;
-  t.n_kw = S;
+  t.n_kw = n_kw;
   t.ic_bn = icb;
-  t.ic_last = dw ? icb : s.C - (Cb_ - 1) * icb;
+  t.ic_last = ic_last;
   t.x_pos = s.stride_w * xb;
   t.x_kw = s.dil_w * xb;
   t.bias = bias_pad_.empty() ? nullptr : bias_pad_.data() + kb * ocb;
@@ -562,13 +564,8 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
         t.x_kh = cols * xb;
       }
     }
-    if (merge_kw_ && n_kh > 0) {
-      t.n_kw = 1;
-      t.ic_last = S * icb;
-    }
     fns_[rn](t);
-    t.n_kw = S;
-    t.ic_last = dw ? icb : s.C - (Cb_ - 1) * icb;
+    t.n_kw = n_kw;
     t.w = w_row;
     p0 += rn;
   }

@@ -112,16 +112,13 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   while (N * Mb * nb < 4 * T && ceil_div(OH, nb + 1) >= 8 && nb < 16) ++nb;
   // Whole bands per thread (while bands keep 8 rows): with items band-major, thread t's share of
   // the items is then a band of rows of every channel block, the rows the spatially split 1x1
-  // conv before it wrote on the same core (see spatial_split in conv_nchwc.cc); measured 1-4% on
+  // conv before it wrote on the same core (see conv_nchwc_spatial_split); measured 1-4% on
   // mobilenet_v2/v3 at batch 1.
   if (N < T && nb % T != 0 && ceil_div(OH, ceil_div(nb, T) * T) >= 8) nb = ceil_div(nb, T) * T;
 
-  // Items go out in 4 x threads near-equal contiguous shares, each thread starting on its own
-  // (the pool's own chunking, ceil(items / (4 x threads)) each, split 10 items 6:4 in
-  // efficientnet_b0's 144-channel layers), so a thread slowed after idling can be made up for.
-  const int64_t items = N * Mb * nb, shares = std::min(items, 4 * T);
-  par.parallel_for(shares, 1, [&](int64_t sb, int64_t se) {
-    const int64_t ib = sb * items / shares, ie = se * items / shares;
+  // The pool gives each thread a contiguous share of the items and lets a thread that finished
+  // take the rest of a slower one's from the back.
+  par.parallel_for(N * Mb * nb, 1, [&](int64_t ib, int64_t ie) {
     thread_local std::vector<float> window;
     if (window.size() < static_cast<size_t>(win_rows * row_floats))
       window.resize(static_cast<size_t>(win_rows * row_floats));

@@ -36,6 +36,24 @@ void for_rows(const Pool2dShape& s, int64_t b, float* y, const Parallel& par, co
   });
 }
 
+using pool_detail::TapRange;
+
+// Taps [lo, hi) of a k-tap window at output index o (stride st, padding p, dilation d) that fall
+// inside [0, extent).
+TapRange tap_range(int64_t o, int64_t st, int64_t p, int64_t k, int64_t d, int64_t extent) {
+  TapRange r{0, k};
+  while (r.lo < k && o * st - p + r.lo * d < 0) ++r.lo;
+  while (r.hi > r.lo && o * st - p + (r.hi - 1) * d >= extent) --r.hi;
+  return r;
+}
+
+// Every output column's taps inside the image in width: the same for every row, so computed once.
+std::vector<TapRange> col_ranges(const Pool2dShape& s) {
+  std::vector<TapRange> cols(static_cast<size_t>(s.OW));
+  for (int64_t ow = 0; ow < s.OW; ++ow) cols[ow] = tap_range(ow, s.sw, s.pw, s.kw, s.dw, s.W);
+  return cols;
+}
+
 // One output row of max pooling with a compile-time block: each tap is B/4 SSE vectors (SSE2 is
 // x86-64's baseline, so this file needs no ISA dispatch; the op is bound by memory, not by vector
 // width). The generic loop below ran resnet50's 3x3/2 max-pool at ~0.42 ms against ONNX Runtime's
@@ -43,18 +61,14 @@ void for_rows(const Pool2dShape& s, int64_t b, float* y, const Parallel& par, co
 // vector extension was 7x slower still: it lowers the select of a 128-byte vector through memory.)
 // Lanes [lane0, lane0 + B) of blocks of `b` floats (a 64-wide block runs as two 32-lane halves:
 // 16 xmm accumulators + 16 NaN masks would not fit SSE's 16 registers).
+// rows / cols: the taps inside the image (tap_range, col_ranges).
 template <int B>
-void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out, int64_t b, int64_t lane0) {
+void max_row(const Pool2dShape& s, const float* plane, int64_t oh, TapRange rows, const TapRange* cols, float* out,
+             int64_t b, int64_t lane0) {
   constexpr int NV = B / 4;
   plane += lane0;
   out += lane0;
-  int64_t i_lo = 0, i_hi = s.kh;  // taps inside the image in height, for the whole row
-  while (i_lo < s.kh && oh * s.sh - s.ph + i_lo * s.dh < 0) ++i_lo;
-  while (i_hi > i_lo && oh * s.sh - s.ph + (i_hi - 1) * s.dh >= s.H) --i_hi;
   for (int64_t ow = 0; ow < s.OW; ++ow) {
-    int64_t j_lo = 0, j_hi = s.kw;
-    while (j_lo < s.kw && ow * s.sw - s.pw + j_lo * s.dw < 0) ++j_lo;
-    while (j_hi > j_lo && ow * s.sw - s.pw + (j_hi - 1) * s.dw >= s.W) --j_hi;
     // PyTorch's rule: a larger value or a NaN replaces the running max, and a NaN sticks. maxps
     // alone would drop a NaN at the next tap, so NaN lanes are tracked apart and OR-ed in at the
     // end (all-ones bits: a NaN): three ops per tap instead of a compare-and-select's six.
@@ -63,9 +77,9 @@ void max_row(const Pool2dShape& s, const float* plane, int64_t oh, float* out, i
       acc[v] = _mm_set1_ps(-std::numeric_limits<float>::infinity());
       nan[v] = _mm_setzero_ps();
     }
-    for (int64_t i = i_lo; i < i_hi; ++i) {
+    for (int64_t i = rows.lo; i < rows.hi; ++i) {
       const float* r = plane + ((oh * s.sh - s.ph + i * s.dh) * s.W + ow * s.sw - s.pw) * b;
-      for (int64_t j = j_lo; j < j_hi; ++j) {
+      for (int64_t j = cols[ow].lo; j < cols[ow].hi; ++j) {
         const float* t = r + j * s.dw * b;
         for (int v = 0; v < NV; ++v) {
           const __m128 x = _mm_loadu_ps(t + 4 * v);
@@ -85,17 +99,17 @@ void max_pool2d_nchwc(const Pool2dShape& s, int64_t b, const float* x, float* y,
   check(s, b, x, y, "max_pool2d_nchwc");
   if (!isa_supported(isa)) DNNF_THROW("max_pool2d_nchwc: this CPU cannot run ", isa_name(isa), " kernels");
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  if (isa == Isa::Avx512 && b % 16 == 0) {
-    for_rows(s, b, y, par, epilogue, [&](int64_t p, int64_t oh, float* out) {
-      pool_detail::max_row_avx512(s, x + p * s.H * s.W * b, oh, out, b);
-    });
-    return;
-  }
-  if (b == 8 || b == 16 || b % 32 == 0) {
+  const bool avx512 = isa == Isa::Avx512 && b % 16 == 0;
+  if (avx512 || b == 8 || b == 16 || b % 32 == 0) {
+    const std::vector<TapRange> cols = col_ranges(s);
     auto row = b == 8 ? &max_row<8> : b == 16 ? &max_row<16> : &max_row<32>;
     const int64_t part = std::min<int64_t>(b, 32);
     for_rows(s, b, y, par, epilogue, [&](int64_t p, int64_t oh, float* out) {
-      for (int64_t l = 0; l < b; l += part) row(s, x + p * s.H * s.W * b, oh, out, b, l);
+      const float* plane = x + p * s.H * s.W * b;
+      const TapRange rows = tap_range(oh, s.sh, s.ph, s.kh, s.dh, s.H);
+      if (avx512) pool_detail::max_row_avx512(s, plane, oh, rows, cols.data(), out, b);
+      else
+        for (int64_t l = 0; l < b; l += part) row(s, plane, oh, rows, cols.data(), out, b, l);
     });
     return;
   }

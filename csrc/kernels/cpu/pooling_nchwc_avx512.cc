@@ -18,23 +18,20 @@ namespace {
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <int NV>
-void row_lanes(const Pool2dShape& s, const float* plane, int64_t oh, float* out, int64_t b, int64_t i_lo,
-               int64_t i_hi) {
+void row_lanes(const Pool2dShape& s, const float* plane, int64_t oh, TapRange rows, const TapRange* cols,
+               float* out, int64_t b) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(-1));
   for (int64_t ow = 0; ow < s.OW; ++ow) {
-    int64_t j_lo = 0, j_hi = s.kw;
-    while (j_lo < s.kw && ow * s.sw - s.pw + j_lo * s.dw < 0) ++j_lo;
-    while (j_hi > j_lo && ow * s.sw - s.pw + (j_hi - 1) * s.dw >= s.W) --j_hi;
     __m512 acc[NV];
     __mmask16 bad[NV];
     for (int v = 0; v < NV; ++v) {
       acc[v] = ninf;
       bad[v] = 0;
     }
-    for (int64_t i = i_lo; i < i_hi; ++i) {
+    for (int64_t i = rows.lo; i < rows.hi; ++i) {
       const float* r = plane + ((oh * s.sh - s.ph + i * s.dh) * s.W + ow * s.sw - s.pw) * b;
-      for (int64_t j = j_lo; j < j_hi; ++j) {
+      for (int64_t j = cols[ow].lo; j < cols[ow].hi; ++j) {
         const float* t = r + j * s.dw * b;
         for (int v = 0; v < NV; ++v) {
           const __m512 x = _mm512_loadu_ps(t + 16 * v);
@@ -50,16 +47,14 @@ void row_lanes(const Pool2dShape& s, const float* plane, int64_t oh, float* out,
 
 }  // namespace
 
-void max_row_avx512(const Pool2dShape& s, const float* plane, int64_t oh, float* out, int64_t b) {
-  int64_t i_lo = 0, i_hi = s.kh;  // taps inside the image in height, for the whole row
-  while (i_lo < s.kh && oh * s.sh - s.ph + i_lo * s.dh < 0) ++i_lo;
-  while (i_hi > i_lo && oh * s.sh - s.ph + (i_hi - 1) * s.dh >= s.H) --i_hi;
+void max_row_avx512(const Pool2dShape& s, const float* plane, int64_t oh, TapRange rows, const TapRange* cols,
+                    float* out, int64_t b) {
   for (int64_t l = 0; l < b;) {  // lanes in groups of up to 64
     const int64_t left = (b - l) / 16;
-    if (left >= 4) row_lanes<4>(s, plane + l, oh, out + l, b, i_lo, i_hi), l += 64;
-    else if (left == 3) row_lanes<3>(s, plane + l, oh, out + l, b, i_lo, i_hi), l += 48;
-    else if (left == 2) row_lanes<2>(s, plane + l, oh, out + l, b, i_lo, i_hi), l += 32;
-    else row_lanes<1>(s, plane + l, oh, out + l, b, i_lo, i_hi), l += 16;
+    if (left >= 4) row_lanes<4>(s, plane + l, oh, rows, cols, out + l, b), l += 64;
+    else if (left == 3) row_lanes<3>(s, plane + l, oh, rows, cols, out + l, b), l += 48;
+    else if (left == 2) row_lanes<2>(s, plane + l, oh, rows, cols, out + l, b), l += 32;
+    else row_lanes<1>(s, plane + l, oh, rows, cols, out + l, b), l += 16;
   }
 }
 
