@@ -158,6 +158,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       layout::ChooseOptions co;
       co.tune = opts.tune && tdb;
       co.global_search = opts.layout != CompileOptions::Layout::Local;
+      co.winograd = opts.winograd;
       co.db = tdb.get();
       co.par = &pool;
       co.threads = pool.num_threads();

@@ -30,6 +30,9 @@ struct CompileOptions {
   // 1x1 expand conv + activation + depthwise conv as one kernel (layout/fuse_expand_depthwise;
   // DNNFusion mode with layout on); false for the ablation (Python option fuse_expand_depthwise).
   bool fuse_expand_depthwise = true;
+  // 3x3 stride-1 convs run Winograd F(2x2, 3x3) where kernels::conv_winograd_pays (layout on);
+  // false: the direct algorithm everywhere (Python option winograd).
+  bool winograd = true;
 };
 // Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::Error naming the valid ones.
 CompileOptions::Layout parse_layout_mode(const std::string& s);

@@ -282,7 +282,7 @@ class Lowerer:
         strides = [list(m.stride()) if not m.is_contiguous() else [] for m in metas]
         handle = _C.compile(g, self.opts.threads, strides, self.opts.fusion, self.opts.profile,
                             self.opts.layout, self.opts.tune, self.opts.tuning_db, self.opts.pack_gemm_weights,
-                            self.opts.fuse_expand_depthwise)
+                            self.opts.fuse_expand_depthwise, self.opts.winograd)
         return handle, run_inputs, metas
 
 

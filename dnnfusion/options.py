@@ -19,6 +19,8 @@ VALID_OPTIONS = {
     "fuse_expand_depthwise": "bool: run a 1x1 expand conv, its activation and the depthwise conv after it as one "
                              "kernel that never writes the expanded tensor (default True; DNNFusion mode with "
                              "layout on; False for the ablation)",
+    "winograd": "bool: run 3x3 stride-1 convolutions with enough work as Winograd F(2x2, 3x3) (2.25x fewer "
+                "multiplies; default True, layout on; False: the direct kernel everywhere, for the ablation)",
     "prune": "float in (0, 1) or None: AukC channel pruning of that fraction at compile time, calibrated on the "
              "example inputs (default None: off)",
 }
@@ -37,6 +39,7 @@ class Options:
     tuning_db: str = "<default>"
     pack_gemm_weights: bool = True
     fuse_expand_depthwise: bool = True
+    winograd: bool = True
     prune: float = None  # None: no compile-time pruning
 
 
@@ -75,6 +78,9 @@ def parse_options(options) -> Options:
     fuse_ed = options.get("fuse_expand_depthwise", True)
     if not isinstance(fuse_ed, bool):
         raise ValueError(f"dnnfusion: option 'fuse_expand_depthwise' must be True or False, got {fuse_ed!r}")
+    winograd = options.get("winograd", True)
+    if not isinstance(winograd, bool):
+        raise ValueError(f"dnnfusion: option 'winograd' must be True or False, got {winograd!r}")
     prune = options.get("prune", None)
     if prune is not None:
         if isinstance(prune, bool) or not isinstance(prune, numbers.Real) or not 0.0 < prune < 1.0:
@@ -82,4 +88,5 @@ def parse_options(options) -> Options:
                              f"removed) or None, got {prune!r}")
         prune = float(prune)
     return Options(threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
-                   pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, prune=prune)
+                   pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, winograd=winograd,
+                   prune=prune)

@@ -1,5 +1,7 @@
 #include "layout/choose_conv_schemes.h"
 
+#include "kernels/cpu/conv_winograd.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -12,6 +14,7 @@
 #include "common/progress.h"
 #include "ecg/op_registry.h"
 #include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/conv_winograd.h"
 #include "layout/solve_layout_assignment.h"
 #include "layout/tuning_db.h"
 
@@ -196,6 +199,7 @@ class Chooser {
     }
     if (o_.db) measure();
     ConvSchemes out;
+    out.winograd = o_.winograd;
     SchemeReport& rep = out.report;
     rep.tuned_now = tuned_now_;
     rep.from_db = from_db_;
@@ -395,6 +399,11 @@ ConvSchemeFn ConvSchemes::fn() const {
         }
       }
     }
+    // Decided last, on the final blocks and the real input size (the tuned times are the direct
+    // algorithm's; Winograd's gain is large enough that the heuristic decides it).
+    if (winograd)
+      if (const auto shape = blockable_conv(g, n))
+        sc.winograd = kernels::conv_winograd_pays(*shape, {sc.ic_bn, sc.oc_bn, sc.reg_n, sc.unroll_ker});
     return sc;
   };
 }

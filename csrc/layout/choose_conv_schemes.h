@@ -35,6 +35,9 @@ struct ChooseOptions {
   TuningDb* db = nullptr;      // nullptr: heuristics only
   const kernels::Parallel* par = nullptr;  // the pool measurements run on (required when tune)
   int threads = 1;             // the thread count keys of the database carry
+  // 3x3 stride-1 convs where kernels::conv_winograd_pays run Winograd F(2x2, 3x3) with the chosen
+  // blocks; false: direct convolution everywhere (Python option winograd=False).
+  bool winograd = true;
 };
 
 struct SchemeReport {
@@ -52,6 +55,7 @@ struct SchemeReport {
 struct ConvSchemes {
   std::unordered_map<int, ConvScheme> by_node;
   std::unordered_set<int> adaptive;  // heuristic schemes: take the producer's block as ic_bn when it divides C
+  bool winograd = true;              // ChooseOptions::winograd
   SchemeReport report;
   ConvSchemeFn fn() const;  // refers to *this: keep it alive while the function is used
 };

@@ -25,7 +25,7 @@ Match match(const Graph& g, const Node& m) {
   if (y.shape.size() != 5 || y.dtype != DType::Float32 || y.is_output || y.users.size() != 1) return none;
   const Node& c = g.node(y.users[0]);
   if (c.op != "conv2d_nchwc" || c.inputs.empty() || c.inputs[0] != y.id || c.input_or_absent(3) >= 0 ||
-      c.attr_int("groups", 1) != 1)
+      c.attr_int("groups", 1) != 1 || c.attr_int("winograd", 0) != 0)
     return none;
   for (int xi = 0; xi < 2; ++xi) {
     const auto& xv = g.value(m.inputs[xi]);

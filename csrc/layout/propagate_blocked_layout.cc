@@ -180,11 +180,12 @@ class Propagator {
     attrs["oc_bn"] = int64_t{sc->oc_bn};
     attrs["reg_n"] = int64_t{sc->reg_n};
     attrs["unroll_ker"] = int64_t{sc->unroll_ker};
+    attrs["winograd"] = int64_t{sc->winograd};
     attrs["in_channels"] = C;
     attrs["weight_shape"] = w.shape;
     const int xb = blocked(n.inputs[0], sc->ic_bn, C);
     const kernels::Conv2dShape taps{1, C, w.shape[2], w.shape[3], K, w.shape[2], w.shape[3], 1, 1, 0, 0, 1, 1, groups};
-    const int64_t packed = kernels::conv_nchwc_packed_weight_floats(taps, {sc->ic_bn, sc->oc_bn, sc->reg_n, sc->unroll_ker});
+    const int64_t packed = kernels::conv_nchwc_packed_weight_floats(taps, {sc->ic_bn, sc->oc_bn, sc->reg_n, sc->unroll_ker, sc->winograd});
     const int wp = rb_.add("conv2d_nchwc_pack_weight", {rb_.map(w.id)}, {packed}, DType::Float32, attrs);
     const int bias = n.input_or_absent(2) >= 0 ? rb_.map(n.inputs[2]) : -1;
     const int out = rb_.add("conv2d_nchwc", {xb, wp, bias}, blocked_shape(y.shape, sc->oc_bn), DType::Float32, attrs);

@@ -39,6 +39,7 @@ struct ConvScheme {
   int oc_bn = 0;          // output channel block (fits K)
   int reg_n = 0;          // kernel knobs, passed through to conv2d_nchwc
   bool unroll_ker = false;
+  bool winograd = false;  // Winograd F(2x2, 3x3) instead of the direct algorithm (conv_winograd.h)
 };
 
 // What the layout pass asks per convolution node: the scheme to run it with, given the channel

@@ -113,7 +113,7 @@ std::shared_ptr<Region> get_region(int64_t h) {
 int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<int64_t>>& out_strides,
                        const std::string& fusion, bool profile, const std::string& layout, bool tune,
                        const std::string& tuning_db, bool pack_gemm_weights,
-                       bool fuse_expand_depthwise) {
+                       bool fuse_expand_depthwise, bool winograd) {
   auto r = std::make_shared<Region>();
   r->keep_alive = pg.keep_alive;
   r->out_strides = out_strides;
@@ -126,6 +126,7 @@ int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<i
   opts.tuning_db = tuning_db;
   opts.pack_gemm_weights = pack_gemm_weights;
   opts.fuse_expand_depthwise = fuse_expand_depthwise;
+  opts.winograd = winograd;
   r->compiled = compile_graph(pg.g, opts);
   int64_t h = g_next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lk(g_regions_mu);
@@ -362,7 +363,7 @@ PYBIND11_MODULE(_C, m) {
         py::arg("out_strides") = std::vector<std::vector<int64_t>>{}, py::arg("fusion") = "dnnfusion",
         py::arg("profile") = true, py::arg("layout") = "global", py::arg("tune") = false,
         py::arg("tuning_db") = "<default>", py::arg("pack_gemm_weights") = true,
-        py::arg("fuse_expand_depthwise") = true);
+        py::arg("fuse_expand_depthwise") = true, py::arg("winograd") = true);
   m.def("release", [](int64_t h) {
     std::lock_guard<std::mutex> lk(g_regions_mu);
     g_regions.erase(h);

@@ -77,7 +77,7 @@ void run_conv(KernelCall& c) {
 }
 
 // ---- NCHW[x]c convolution (csrc/layout puts these in) ----
-// The layout pass keeps the original conv attributes and adds ic_bn/oc_bn/reg_n/unroll_ker,
+// The layout pass keeps the original conv attributes and adds ic_bn/oc_bn/reg_n/unroll_ker/winograd,
 // in_channels and weight_shape ([K, C/groups, R, S]). The activation is
 // [N, ceil(C/ic_bn), H, W, ic_bn] (the last block padded when ic_bn does not divide C).
 kernels::Conv2dShape nchwc_conv_shape(const Graph& g, const Node& n, bool with_input) {
@@ -114,6 +114,7 @@ kernels::ConvNchwcKnobs nchwc_knobs(const Node& n) {
   k.oc_bn = static_cast<int>(n.attr_int("oc_bn"));
   k.reg_n = static_cast<int>(n.attr_int("reg_n"));
   k.unroll_ker = n.attr_int("unroll_ker", 0) != 0;
+  k.winograd = n.attr_int("winograd", 0) != 0;
   return k;
 }
 

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/conv_nchwc_rows.h"
+#include "kernels/cpu/conv_winograd.h"
 
 namespace dnnfusion::kernels {
 
@@ -107,6 +108,12 @@ NchwcTileFn tile_fn(Isa isa, bool depthwise, int oc_bn, int rn, bool k1, bool un
   return depthwise ? &scalar_dw_tile : &scalar_conv_tile;
 }
 
+}  // namespace
+
+NchwcTileFn nchwc_detail::pointwise_tile(Isa isa, int oc_bn, int rn) { return tile_fn(isa, false, oc_bn, rn, true, false); }
+
+namespace {
+
 // Floats of the zero-padded input copy conv2d_nchwc makes for a padded broadcast conv over a
 // batch, or 0 when staging the edge tiles costs less. Per output block, each row stages the
 // windows of its tiles that reach into the width padding (Cb x R x window columns x ic_bn floats
@@ -195,6 +202,10 @@ void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
                " on ", isa_name(isa), " (register budget)");
   if (k.ic_bn < 1 || k.ic_bn > kMaxIcBn)
     DNNF_THROW("conv_nchwc: ic_bn=", k.ic_bn, " must be in [1, ", kMaxIcBn, "]");
+  if (k.winograd && !conv_winograd_fits(s))
+    DNNF_THROW("conv_nchwc: winograd needs groups=1, a 3x3 kernel, stride 1 and dilation 1 (got groups=", s.groups,
+               ", ", s.R, "x", s.S, ", stride ", s.stride_h, "x", s.stride_w, ", dilation ", s.dil_h, "x", s.dil_w,
+               ")");
   if (is_depthwise(s) && k.ic_bn != k.oc_bn)
     DNNF_THROW("conv_nchwc: depthwise conv needs ic_bn == oc_bn (got ic_bn=", k.ic_bn,
                ", oc_bn=", k.oc_bn, ")");
@@ -295,6 +306,7 @@ bool nchwc_block_fits(int64_t C, int b) {
 }
 
 int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  if (k.winograd) return conv_winograd_packed_weight_floats(s, k);
   const int64_t Kb = ceil_div(s.K, k.oc_bn);
   if (is_depthwise(s)) return Kb * s.R * s.S * k.oc_bn;
   return Kb * ceil_div(s.C, k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
@@ -307,6 +319,7 @@ void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const
   DNNF_CHECK(k.ic_bn >= 1 && k.oc_bn >= 1, "conv_nchwc_pack_weight: blocks must be positive (ic_bn=",
              k.ic_bn, " oc_bn=", k.oc_bn, ")");
   DNNF_CHECK(w_kcrs != nullptr && out != nullptr, "conv_nchwc_pack_weight: null pointer");
+  if (k.winograd) return conv_winograd_pack_weight(s, k, w_kcrs, out);
   const int64_t ocb = k.oc_bn, icb = k.ic_bn, RS = s.R * s.S;
   std::fill(out, out + conv_nchwc_packed_weight_floats(s, k), 0.f);
   if (is_depthwise(s)) {
@@ -583,6 +596,7 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
     DNNF_THROW("conv2d_nchwc: this CPU cannot run ", isa_name(isa), " kernels");
   DNNF_CHECK(x != nullptr && packed_w != nullptr && y != nullptr,
              "conv2d_nchwc: x, packed_w and y must not be null");
+  if (k.winograd) return conv2d_winograd_nchwc(s, k, x, packed_w, bias, residual, act, y, par, epilogue, isa);
   if (const int64_t floats = prepad_floats(s, k); floats > 0) {
     // Cheaper to pad the whole input once than to stage every edge tile's window for each of
     // the Kb output blocks (ResNet-50's 3x3 layers at 28x28, 14x14 and 7x7: 1-3% faster).
@@ -658,6 +672,7 @@ void conv2d_nchwc_scaled_input(const Conv2dShape& s, const ConvNchwcKnobs& k, co
                                const Parallel& par, ElementHook epilogue, Isa isa) {
   conv_nchwc_check(s, k, isa);
   DNNF_CHECK(s.groups == 1, "conv2d_nchwc_scaled_input: groups must be 1 (got ", s.groups, ")");
+  DNNF_CHECK(!k.winograd, "conv2d_nchwc_scaled_input: needs the direct algorithm (winograd=false)");
   DNNF_CHECK(in_scale != nullptr, "conv2d_nchwc_scaled_input: in_scale must not be null");
   DNNF_CHECK(scale_batch == 1 || scale_batch == s.N, "conv2d_nchwc_scaled_input: scale_batch must be 1 or N=", s.N,
              " (got ", scale_batch, ")");

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_ukernel.h"  // Activation
 
 namespace dnnfusion::kernels::nchwc_detail {
@@ -50,6 +51,9 @@ NchwcTileFn conv_tile_avx512(int oc_bn, int rn, bool k1, bool unroll);
 NchwcTileFn dw_tile_avx512(int c_bn, int rn);
 NchwcTileFn conv_tile_avx2(int oc_bn, int rn, bool k1, bool unroll);
 NchwcTileFn dw_tile_avx2(int c_bn, int rn);
+// The 1x1 tile (k1, no kw unroll) for (isa, oc_bn, rn) of any ISA, scalar included; defined in the
+// baseline file conv_nchwc.cc. The Winograd convolution runs its GEMMs with these.
+NchwcTileFn pointwise_tile(Isa isa, int oc_bn, int rn);
 // In place over n floats, mode 0 hardswish, 1 silu (the formulas of the generated code's prelude:
 // x * clamp(x + 3, 0, 6) / 6 and x / (1 + exp(-x)); NaN propagates).
 void activate_inplace_avx512(float* p, int64_t n, int mode);

@@ -1,0 +1,253 @@
+// Winograd F(2x2, 3x3) on NCHW[x]c: weight transform and packing, the choice heuristic, the driver
+// (chunked or three-phase work split, GEMMs through the direct convolution's 1x1 tiles, epilogue
+// hook) and the baseline build of the transforms. See conv_winograd.h for the contract.
+#include "kernels/cpu/conv_winograd.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/conv_nchwc_ukernel.h"
+#include "kernels/cpu/conv_winograd_transforms.h"
+
+namespace dnnfusion::kernels {
+
+namespace wino_detail {
+InputFn input_fn_baseline(int64_t icb) { return pick_input(icb); }
+OutputFn output_fn_baseline(int64_t ocb) { return pick_output(ocb); }
+}  // namespace wino_detail
+
+namespace {
+
+using wino_detail::Geom;
+using nchwc_detail::NchwcTile;
+using nchwc_detail::NchwcTileFn;
+
+constexpr int kTaps = 16;  // 4 x 4 transformed taps
+constexpr int kMaxRn = 32;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Geom geom(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  Geom g{};
+  g.N = s.N;
+  g.C = s.C;
+  g.H = s.H;
+  g.W = s.W;
+  g.K = s.K;
+  g.OH = s.OH();
+  g.OW = s.OW();
+  g.TH = ceil_div(g.OH, 2);
+  g.TW = ceil_div(g.OW, 2);
+  g.pad_h = s.pad_h;
+  g.pad_w = s.pad_w;
+  g.icb = k.ic_bn;
+  g.ocb = k.oc_bn;
+  g.Cb = ceil_div(s.C, k.ic_bn);
+  g.Kb = ceil_div(s.K, k.oc_bn);
+  return g;
+}
+
+float* grow(std::vector<float>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+  return v.data();
+}
+
+// The 16 GEMMs, [tiles x C] x [C x K] per transformed tap, in register tiles of up to rn_max
+// tiles x oc_bn channels (balanced sizes).
+class Gemms {
+ public:
+  Gemms(const Geom& g, Isa isa, const float* packed_w) : g_(g), w_(packed_w) {
+    rn_max_ = std::min(conv_nchwc_max_reg_n(isa, static_cast<int>(g.ocb)), kMaxRn);
+    for (int rn = 1; rn <= rn_max_; ++rn) fns_[rn] = nchwc_detail::pointwise_tile(isa, static_cast<int>(g.ocb), rn);
+  }
+  // m[xi * m_xi + kb * m_kb + (t - tb) * ocb] for tiles [t0, t1) from v laid out as InputFn writes it.
+  void run(int xi, int64_t kb, int64_t t0, int64_t t1, const float* v, int64_t tb, int64_t v_xi, int64_t v_cb,
+           float* m, int64_t m_xi, int64_t m_kb) const {
+    const int64_t count = t1 - t0, groups = ceil_div(count, rn_max_), base = count / groups, extra = count % groups;
+    NchwcTile t{};
+    t.x_cb = v_cb;
+    t.x_pos = g_.icb;
+    t.w = w_ + ((xi * g_.Kb + kb) * g_.Cb) * g_.icb * g_.ocb;
+    t.w_cb = g_.icb * g_.ocb;
+    t.n_cb = g_.Cb;
+    t.n_kh = t.n_kw = 1;
+    t.ic_bn = g_.icb;
+    t.ic_last = g_.C - (g_.Cb - 1) * g_.icb;
+    t.oc_bn = static_cast<int>(g_.ocb);
+    t.act = Activation::None;
+    int64_t p = t0;
+    for (int64_t i = 0; i < groups; ++i) {
+      const int rn = static_cast<int>(base + (i < extra ? 1 : 0));
+      t.x = v + xi * v_xi + (p - tb) * g_.icb;
+      t.y = m + xi * m_xi + kb * m_kb + (p - tb) * g_.ocb;
+      t.rn = rn;
+      fns_[rn](t);
+      p += rn;
+    }
+  }
+
+ private:
+  const Geom& g_;
+  const float* w_;
+  int rn_max_ = 1;
+  NchwcTileFn fns_[kMaxRn + 1] = {};
+};
+
+// The epilogue over output block kb's positions of tiles [t0, t1): one call per output row run.
+void run_epilogue(const Geom& g, const ElementHook& ep, float* y, int64_t kb, int64_t t0, int64_t t1) {
+  for (int64_t t = t0; t < t1;) {
+    const int64_t n = t / (g.TH * g.TW), th = t / g.TW % g.TH, tw = t % g.TW;
+    const int64_t end = std::min(t1, t - tw + g.TW);  // the end of this tile row within the range
+    const int64_t ow_a = 2 * tw, ow_b = std::min(2 * (tw + end - t), g.OW);
+    for (int64_t oh = 2 * th; oh < std::min(2 * th + 2, g.OH); ++oh) {
+      const int64_t start = (((n * g.Kb + kb) * g.OH + oh) * g.OW + ow_a) * g.ocb;
+      ep(y + start, start, (ow_b - ow_a) * g.ocb);
+    }
+    t = end;
+  }
+}
+
+// Per-chunk scratch budget (V and M of one chunk, floats) and the packed-weight size up to which
+// threads work on whole chunks; both keep a chunk's working set within a core's 2 MiB L2.
+constexpr int64_t kChunkFloats = 256 * 1024;
+constexpr int64_t kChunkedMaxWeightFloats = 256 * 1024;
+
+}  // namespace
+
+bool conv_winograd_fits(const Conv2dShape& s) {
+  return s.groups == 1 && s.R == 3 && s.S == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dil_h == 1 &&
+         s.dil_w == 1;
+}
+
+bool conv_winograd_pays(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  // Measured against the direct kernel with the same blocks (2 threads, Xeon, AVX-512, batch 1
+  // unless noted): ResNet's 64 @ 56x56 1.40x, 128 @ 28x28 1.89x, 256 @ 14x14 1.78x, 512 @ 7x7
+  // 1.10x (1.64x at batch 8); VGG's 64 @ 224x224 1.28x, 512 @ 28x28 1.91x; DenseNet's 128 -> 32 at
+  // 56/28/14 1.42-1.57x. Below ~8 MFLOP the three passes and their scratch cost more than the
+  // multiplies saved (128 -> 32 @ 7x7, 3.6 MFLOP: 0.88x; 32 @ 4x4: 0.59x), and a narrow input
+  // (the RGB image) has too few channels to amortize its transform.
+  if (!conv_winograd_fits(s) || s.C < 16 || s.K < 16) return false;
+  (void)k;
+  const double flops = 2.0 * s.N * s.K * s.C * 9 * s.OH() * s.OW();
+  return flops >= 8e6;
+}
+
+int64_t conv_winograd_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  return kTaps * ceil_div(s.K, k.oc_bn) * ceil_div(s.C, k.ic_bn) * k.ic_bn * k.oc_bn;
+}
+
+void conv_winograd_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs, float* out) {
+  DNNF_CHECK(conv_winograd_fits(s), "conv_winograd: needs groups=1, a 3x3 kernel, stride 1 and dilation 1 (got groups=",
+             s.groups, ", ", s.R, "x", s.S, ", stride ", s.stride_h, "x", s.stride_w, ", dilation ", s.dil_h, "x",
+             s.dil_w, ")");
+  DNNF_CHECK(k.ic_bn >= 1 && k.oc_bn >= 1, "conv_winograd_pack_weight: blocks must be positive (ic_bn=", k.ic_bn,
+             " oc_bn=", k.oc_bn, ")");
+  DNNF_CHECK(w_kcrs != nullptr && out != nullptr, "conv_winograd_pack_weight: null pointer");
+  const int64_t icb = k.ic_bn, ocb = k.oc_bn, Cb = ceil_div(s.C, icb), Kb = ceil_div(s.K, ocb);
+  std::fill(out, out + conv_winograd_packed_weight_floats(s, k), 0.f);
+  // G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]; u = G g G^T.
+  static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  for (int64_t kk = 0; kk < s.K; ++kk)
+    for (int64_t c = 0; c < s.C; ++c) {
+      const float* g = w_kcrs + (kk * s.C + c) * 9;
+      double tmp[4][3];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 3; ++j) tmp[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) {
+          const double u = tmp[i][0] * G[j][0] + tmp[i][1] * G[j][1] + tmp[i][2] * G[j][2];
+          const int64_t xi = 4 * i + j;
+          out[(((xi * Kb + kk / ocb) * Cb + c / icb) * icb + c % icb) * ocb + kk % ocb] = static_cast<float>(u);
+        }
+    }
+}
+
+void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x, const float* packed_w,
+                           const float* bias, const float* residual, Activation act, float* y, const Parallel& par,
+                           ElementHook epilogue, Isa isa) {
+  DNNF_CHECK(conv_winograd_fits(s), "conv2d_winograd_nchwc: needs groups=1, a 3x3 kernel, stride 1 and dilation 1");
+  ConvNchwcKnobs direct = k;
+  direct.winograd = false;
+  direct.reg_n = 1;
+  conv_nchwc_check(s, direct, isa);
+  DNNF_CHECK(x && packed_w && y, "conv2d_winograd_nchwc: null pointer");
+  const Geom g = geom(s, k);
+  const int64_t T = g.N * g.TH * g.TW;
+  if (T == 0 || g.Kb == 0) return;
+  wino_detail::InputFn in_fn;
+  wino_detail::OutputFn out_fn;
+  switch (isa) {
+    case Isa::Avx512:
+      in_fn = wino_detail::input_fn_avx512(g.icb);
+      out_fn = wino_detail::output_fn_avx512(g.ocb);
+      break;
+    case Isa::Avx2:
+      in_fn = wino_detail::input_fn_avx2(g.icb);
+      out_fn = wino_detail::output_fn_avx2(g.ocb);
+      break;
+    default:
+      in_fn = wino_detail::input_fn_baseline(g.icb);
+      out_fn = wino_detail::output_fn_baseline(g.ocb);
+  }
+  const Gemms gemms(g, isa, packed_w);
+  // Bias padded to whole blocks, so the last block's padded lanes add 0.
+  std::vector<float> bias_pad;
+  if (bias) {
+    bias_pad.assign(static_cast<size_t>(g.Kb * g.ocb), 0.f);
+    std::copy(bias, bias + s.K, bias_pad.begin());
+  }
+  const int64_t cfl = g.Cb * g.icb, kfl = g.Kb * g.ocb;
+  auto out_block = [&](const float* m, int64_t tb, int64_t m_xi, int64_t kb, int64_t t0, int64_t t1) {
+    out_fn(g, m, tb, m_xi, kb, t0, t1, bias ? bias_pad.data() + kb * g.ocb : nullptr, residual, act,
+           std::min(g.ocb, g.K - kb * g.ocb), y);
+    if (epilogue) run_epilogue(g, epilogue, y, kb, t0, t1);
+  };
+  const int threads = std::max(1, par.num_threads());
+  if (kTaps * cfl * kfl <= kChunkedMaxWeightFloats) {
+    // Chunks of tiles, each transformed, multiplied and inverse-transformed by one thread in its
+    // own scratch: V [16][Cb][tc][icb], then per output block M [16][tc][ocb].
+    int64_t tc = std::max<int64_t>(8, kChunkFloats / (kTaps * (cfl + g.ocb)));
+    tc = std::min(tc, ceil_div(T, 2 * threads));  // at least two chunks per thread to balance
+    tc = std::max<int64_t>(tc, 1);
+    const int64_t chunks = ceil_div(T, tc);
+    par.parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
+      thread_local std::vector<float> scratch;
+      float* v = grow(scratch, kTaps * tc * (cfl + g.ocb));
+      float* m = v + kTaps * tc * cfl;
+      const int64_t v_xi = g.Cb * tc * g.icb, m_xi = tc * g.ocb;
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t t0 = c * tc, t1 = std::min(T, t0 + tc);
+        in_fn(g, x, t0, t1, v, t0, v_xi, tc * g.icb);
+        for (int64_t kb = 0; kb < g.Kb; ++kb) {
+          for (int xi = 0; xi < kTaps; ++xi) gemms.run(xi, kb, t0, t1, v, t0, v_xi, tc * g.icb, m, m_xi, 0);
+          out_block(m, t0, m_xi, kb, t0, t1);
+        }
+      }
+    });
+    return;
+  }
+  // Three phases over the whole layer; V [16][Cb][T][icb] and M [16][Kb][T][ocb] in the caller's
+  // scratch.
+  thread_local std::vector<float> scratch;
+  float* v = grow(scratch, kTaps * T * (cfl + kfl));
+  float* m = v + kTaps * T * cfl;
+  const int64_t v_xi = g.Cb * T * g.icb, v_cb = T * g.icb, m_xi = g.Kb * T * g.ocb, m_kb = T * g.ocb;
+  par.parallel_for(T, std::max<int64_t>(1, 16 / g.Cb), [&](int64_t t0, int64_t t1) {
+    in_fn(g, x, t0, t1, v, 0, v_xi, v_cb);
+  });
+  // (xi, kb) items, xi-major: a thread's contiguous share covers whole taps, so it streams only
+  // those taps' weights. A single tile run per item keeps one weight slice hot across all tiles.
+  par.parallel_for(kTaps * g.Kb, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) gemms.run(static_cast<int>(i / g.Kb), i % g.Kb, 0, T, v, 0, v_xi, v_cb, m, m_xi, m_kb);
+  });
+  const int64_t rows = g.N * g.TH;
+  par.parallel_for(g.Kb * rows, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t kb = i / rows, t0 = (i % rows) * g.TW;
+      out_block(m + kb * m_kb, 0, m_xi, kb, t0, t0 + g.TW);
+    }
+  });
+}
+
+}  // namespace dnnfusion::kernels

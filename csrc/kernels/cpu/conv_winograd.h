@@ -1,0 +1,46 @@
+// Winograd F(2x2, 3x3) convolution on NCHW[x]c activations (Lavin & Gray, "Fast Algorithms for
+// Convolutional Neural Networks"): each 2x2 output tile is A^T [ (G g G^T) .* (B^T d B) ] A over the
+// tile's 4x4 input window d, so a 3x3 stride-1 convolution costs 16 multiply-adds per 4 outputs and
+// input-channel/output-channel pair instead of 36 (2.25x fewer). The 16 element-wise products of
+// all tiles become 16 independent GEMMs, [tiles x C] x [C x K], run by the direct convolution's
+// 1x1 register tiles (conv_nchwc_ukernel.h). Transforms only add and subtract (the weight
+// transform's halves are exact), so results differ from the direct convolution by rounding only.
+//
+// It is an algorithm of conv2d_nchwc: ConvNchwcKnobs::winograd selects it, the packed weights then
+// hold the transformed filters, and the activation layouts, bias, epilogue hook and padded-lane
+// contract are conv2d_nchwc's (conv_nchwc.h). Precondition: conv_winograd_fits(s).
+//
+// Packed weights: [16][Kb][Cb][ic_bn][oc_bn] (xi = 4*i + j indexes the 4x4 transformed tap),
+// zero at padded channels. Work: when the packed weights fit a core's L2 share, each thread
+// transforms, multiplies and inverse-transforms its own chunks of tiles in scratch (no barrier, the
+// chunk never leaves L2); larger weights go in three phases over the whole layer (input transform;
+// GEMMs split by (xi, output block), so each thread streams only its share of the weights; output
+// transform), with the transformed tensors in the calling thread's scratch.
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu/conv_nchwc.h"
+
+namespace dnnfusion::kernels {
+
+// groups == 1, 3x3 taps, stride 1, dilation 1 (any zero padding).
+bool conv_winograd_fits(const Conv2dShape& s);
+
+// Whether conv_nchwc_default_knobs and the layout search pick Winograd for s (with its N, H, W)
+// and blocks k: it fits and the GEMM work it saves outweighs its transforms and its larger
+// weights (measured on this family's kernels; see the definition).
+bool conv_winograd_pays(const Conv2dShape& s, const ConvNchwcKnobs& k);
+
+int64_t conv_winograd_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k);
+// w_kcrs: PyTorch weight [K][C][3][3]. Transforms in double, rounds once to float.
+void conv_winograd_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs, float* out);
+
+// conv2d_nchwc's contract (y = act(conv(x, w) + bias + residual), epilogue per contiguous run of
+// one oc block's positions, each element once) with packed_w from conv_winograd_pack_weight.
+// Register tiles of the GEMMs hold conv_nchwc_max_reg_n(isa, oc_bn) tiles; reg_n and unroll_ker
+// do not apply. Throws dnnfusion::Error unless conv_winograd_fits(s) and the blocks are valid.
+void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x, const float* packed_w,
+                           const float* bias, const float* residual, Activation act, float* y, const Parallel& par,
+                           ElementHook epilogue = {}, Isa isa = active_isa());
+
+}  // namespace dnnfusion::kernels

@@ -1,0 +1,10 @@
+// The Winograd transforms (conv_winograd_transforms.h) compiled for AVX-512; only reached through these
+// getters when cpu_features says the CPU has the ISA.
+#include "kernels/cpu/conv_winograd_transforms.h"
+
+namespace dnnfusion::kernels::wino_detail {
+
+InputFn input_fn_avx512(int64_t icb) { return pick_input(icb); }
+OutputFn output_fn_avx512(int64_t ocb) { return pick_output(ocb); }
+
+}  // namespace dnnfusion::kernels::wino_detail
