@@ -403,7 +403,7 @@ ConvSchemeFn ConvSchemes::fn() const {
     // algorithm's; Winograd's gain is large enough that the heuristic decides it).
     if (winograd)
       if (const auto shape = blockable_conv(g, n))
-        sc.winograd = kernels::conv_winograd_pays(*shape, {sc.ic_bn, sc.oc_bn, sc.reg_n, sc.unroll_ker});
+        sc.winograd = kernels::conv_winograd_tile(*shape, {sc.ic_bn, sc.oc_bn, sc.reg_n, sc.unroll_ker});
     return sc;
   };
 }

@@ -39,7 +39,7 @@ struct ConvScheme {
   int oc_bn = 0;          // output channel block (fits K)
   int reg_n = 0;          // kernel knobs, passed through to conv2d_nchwc
   bool unroll_ker = false;
-  bool winograd = false;  // Winograd F(2x2, 3x3) instead of the direct algorithm (conv_winograd.h)
+  int winograd = 0;  // 2 / 4: Winograd F(2x2, 3x3) / F(4x4, 3x3) instead of the direct algorithm (conv_winograd.h)
 };
 
 // What the layout pass asks per convolution node: the scheme to run it with, given the channel

@@ -114,7 +114,7 @@ kernels::ConvNchwcKnobs nchwc_knobs(const Node& n) {
   k.oc_bn = static_cast<int>(n.attr_int("oc_bn"));
   k.reg_n = static_cast<int>(n.attr_int("reg_n"));
   k.unroll_ker = n.attr_int("unroll_ker", 0) != 0;
-  k.winograd = n.attr_int("winograd", 0) != 0;
+  k.winograd = static_cast<int>(n.attr_int("winograd", 0));
   return k;
 }
 

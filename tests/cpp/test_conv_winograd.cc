@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) (conv2d_nchwc with knobs.winograd) against the plain NCHW reference on every
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) (conv2d_nchwc with knobs.winograd = 2 / 4) against the plain NCHW reference on every
 // ISA the CPU has, serial, two and three threads: both work splits (chunked: small weights;
 // three-phase: packed weights past a core's L2 share), odd output sizes (partial 2x2 tiles),
 // padding 0/1/2, channels that are not multiples of the blocks (poisoned padded input lanes),
@@ -23,7 +23,7 @@ using kernels::Conv2dShape;
 using kernels::ConvNchwcKnobs;
 using kernels::Isa;
 
-ConvNchwcKnobs wino(int icb, int ocb) { return {icb, ocb, 1, false, true}; }
+ConvNchwcKnobs wino(int icb, int ocb, int m = 2) { return {icb, ocb, 1, false, m}; }
 
 // Blocks per ISA: every vector width the transforms pick (16, 8, odd -> scalar lanes).
 std::vector<std::pair<int, int>> blocks(Isa isa) {
@@ -46,8 +46,9 @@ TEST(ConvWinograd, ChunkedSplitMatchesReference) {
   };
   for (Isa isa : testing::isas_to_test())
     for (const auto& s : shapes)
-      for (auto [icb, ocb] : blocks(isa)) {
-        const ConvNchwcKnobs k = wino(icb, ocb);
+      for (auto [icb, ocb] : blocks(isa))
+        for (int m : {2, 4}) {
+        const ConvNchwcKnobs k = wino(icb, ocb, m);
         if (kernels::conv_nchwc_max_reg_n(isa, ocb) == 0) continue;
         check(rng, s, k, isa, testing::kSerial, Options{});
         check(rng, s, k, isa, testing::kTwo, Options{true, true, true, false, Activation::Relu});
@@ -57,16 +58,17 @@ TEST(ConvWinograd, ChunkedSplitMatchesReference) {
 TEST(ConvWinograd, ThreePhaseSplitMatchesReference) {
   SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 rng(testing::test_seed() + 502);
-  // 16 x C x K past 256 Ki floats: the whole-layer phases.
+  // (m+2)^2 x C x K past 256 Ki floats: the whole-layer phases.
   const Conv2dShape shapes[] = {
       shape(1, 144, 7, 7, 136, 3, 3, 1, 1),
       shape(2, 130, 6, 9, 140, 3, 3, 1, 1),
   };
   const testing::ThreadParallel three(3);
   for (Isa isa : testing::isas_to_test())
-    for (const auto& s : shapes) {
+    for (const auto& s : shapes)
+      for (int m : {2, 4}) {
       const int ocb = isa == Isa::Avx512 ? 32 : 16;
-      const ConvNchwcKnobs k = wino(16, ocb);
+      const ConvNchwcKnobs k = wino(16, ocb, m);
       ASSERT_GT(16 * s.C * s.K, 256 * 1024);
       check(rng, s, k, isa, testing::kSerial, Options{});
       check(rng, s, k, isa, testing::kTwo, Options{true, true, true, true, Activation::Relu6});
@@ -82,24 +84,31 @@ TEST(ConvWinograd, EveryActivationResidualAndHookOnManyThreads) {
   const Isa isa = testing::isas_to_test().back();
   for (Activation act : {Activation::None, Activation::Relu, Activation::Relu6})
     for (bool hook : {false, true})
-      check(rng, s, wino(8, 8), isa, three, Options{true, true, hook, false, act});
+      for (int m : {2, 4}) check(rng, s, wino(8, 8, m), isa, three, Options{true, true, hook, false, act});
 }
 
 // The packed filters are G g G^T: a single tap g[r][s] = 1 gives u[i][j] = G[i][r] * G[j][s].
 TEST(ConvWinograd, WeightTransformIsGgGt) {
-  const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  const double G4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                           {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
   const Conv2dShape s = shape(1, 1, 3, 3, 1, 3, 3, 1, 1);
-  const ConvNchwcKnobs k = wino(1, 1);
-  ASSERT_EQ(kernels::conv_winograd_packed_weight_floats(s, k), 16);
-  for (int r = 0; r < 3; ++r)
-    for (int c = 0; c < 3; ++c) {
-      float w[9] = {};
-      w[r * 3 + c] = 1.f;
-      float u[16];
-      kernels::conv_nchwc_pack_weight(s, k, w, u);
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) EXPECT_EQ(u[4 * i + j], static_cast<float>(G[i][r] * G[j][c])) << r << c << i << j;
-    }
+  for (int m : {2, 4}) {
+    const ConvNchwcKnobs k = wino(1, 1, m);
+    const int A = m + 2;
+    const double(*G)[3] = m == 2 ? G2 : G4;
+    ASSERT_EQ(kernels::conv_winograd_packed_weight_floats(s, k), A * A);
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 3; ++c) {
+        float w[9] = {};
+        w[r * 3 + c] = 1.f;
+        std::vector<float> u(A * A);
+        kernels::conv_nchwc_pack_weight(s, k, w, u.data());
+        for (int i = 0; i < A; ++i)
+          for (int j = 0; j < A; ++j)
+            EXPECT_EQ(u[A * i + j], static_cast<float>(G[i][r] * G[j][c])) << m << r << c << i << j;
+      }
+  }
 }
 
 TEST(ConvWinograd, InvalidUsesThrowNamingTheProblem) {
@@ -118,6 +127,14 @@ TEST(ConvWinograd, InvalidUsesThrowNamingTheProblem) {
   EXPECT_NE(msg(shape(1, 16, 8, 8, 16, 3, 3, 1, 2, 2)).find("dilation"), std::string::npos);
   EXPECT_NE(msg(shape(1, 16, 8, 8, 16, 3, 3, 1, 1, 1, 16)).find("groups=1"), std::string::npos);
   EXPECT_EQ(msg(shape(1, 16, 8, 8, 16, 3, 3, 1, 1)), "");
+  ConvNchwcKnobs bad = k;
+  bad.winograd = 3;
+  try {
+    kernels::conv_nchwc_check(shape(1, 16, 8, 8, 16, 3, 3, 1, 1), bad, isa);
+    ADD_FAILURE() << "winograd=3 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be 0 (direct), 2"), std::string::npos) << e.what();
+  }
   // The scaled-input variant scales direct-layout weight rows: Winograd weights are refused.
   const Conv2dShape s = shape(1, 16, 4, 4, 16, 3, 3, 1, 1);
   std::vector<float> x(16 * 16, 1.f), w(kernels::conv_winograd_packed_weight_floats(s, k)), sc(16, 1.f), y(16 * 16);
@@ -126,12 +143,16 @@ TEST(ConvWinograd, InvalidUsesThrowNamingTheProblem) {
                Error);
 }
 
-TEST(ConvWinograd, PaysOnlyWhereItFits) {
+TEST(ConvWinograd, TileChoice) {
   const ConvNchwcKnobs k = wino(16, 16);
-  EXPECT_FALSE(kernels::conv_winograd_pays(shape(1, 64, 56, 56, 64, 3, 3, 2, 1), k));  // stride 2
-  EXPECT_FALSE(kernels::conv_winograd_pays(shape(1, 64, 56, 56, 64, 1, 1, 1, 0), k));  // 1x1
-  EXPECT_FALSE(kernels::conv_winograd_pays(shape(1, 3, 224, 224, 64, 3, 3, 1, 1), k));  // RGB input
-  EXPECT_TRUE(kernels::conv_winograd_pays(shape(1, 64, 56, 56, 64, 3, 3, 1, 1), k));    // ResNet's 56x56
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 3, 3, 2, 1), k), 0);   // stride 2
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 1, 1, 1, 0), k), 0);   // 1x1
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 3, 224, 224, 64, 3, 3, 1, 1), k), 0);  // RGB input
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 128, 7, 7, 32, 3, 3, 1, 1), k), 0);    // 3.6 MFLOP
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 3, 3, 1, 1), k), 4);   // 196 4x4 tiles
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 256, 14, 14, 256, 3, 3, 1, 1), k), 2); // 16 4x4 tiles
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 512, 7, 7, 512, 3, 3, 1, 1), k), 2);
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(8, 512, 7, 7, 512, 3, 3, 1, 1), k), 4);   // 32 4x4 tiles
 }
 
 }  // namespace

@@ -39,12 +39,13 @@ namespace dnnfusion::kernels {
 
 // ic_bn: input channel block (the x layout's b); oc_bn: output channel block (the y layout's b,
 // one or two vectors); reg_n: most output positions per register tile; unroll_ker: unroll the
-// kernel-width loop; winograd: run the Winograd F(2x2, 3x3) algorithm (conv_winograd.h) instead of
-// the direct one (3x3 stride-1 convs only; the packed weights differ, reg_n/unroll_ker unused).
+// kernel-width loop; winograd: 0 runs the direct algorithm, 2 or 4 the Winograd F(2x2, 3x3) or
+// F(4x4, 3x3) one (conv_winograd.h; 3x3 stride-1 convs only; the packed weights differ,
+// reg_n/unroll_ker unused).
 struct ConvNchwcKnobs {
   int ic_bn = 16, oc_bn = 16, reg_n = 14;
   bool unroll_ker = true;
-  bool winograd = false;
+  int winograd = 0;
   bool operator==(const ConvNchwcKnobs& o) const {
     return ic_bn == o.ic_bn && oc_bn == o.oc_bn && reg_n == o.reg_n && unroll_ker == o.unroll_ker &&
            winograd == o.winograd;

@@ -13,8 +13,8 @@
 namespace dnnfusion::kernels {
 
 namespace wino_detail {
-InputFn input_fn_baseline(int64_t icb) { return pick_input(icb); }
-OutputFn output_fn_baseline(int64_t ocb) { return pick_output(ocb); }
+InputFn input_fn_baseline(int m, int64_t icb) { return pick_input(m, icb); }
+OutputFn output_fn_baseline(int m, int64_t ocb) { return pick_output(m, ocb); }
 }  // namespace wino_detail
 
 namespace {
@@ -23,7 +23,6 @@ using wino_detail::Geom;
 using nchwc_detail::NchwcTile;
 using nchwc_detail::NchwcTileFn;
 
-constexpr int kTaps = 16;  // 4 x 4 transformed taps
 constexpr int kMaxRn = 32;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -37,8 +36,9 @@ Geom geom(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   g.K = s.K;
   g.OH = s.OH();
   g.OW = s.OW();
-  g.TH = ceil_div(g.OH, 2);
-  g.TW = ceil_div(g.OW, 2);
+  g.m = k.winograd;
+  g.TH = ceil_div(g.OH, g.m);
+  g.TW = ceil_div(g.OW, g.m);
   g.pad_h = s.pad_h;
   g.pad_w = s.pad_w;
   g.icb = k.ic_bn;
@@ -48,12 +48,17 @@ Geom geom(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   return g;
 }
 
+void check_tile(int m) {
+  DNNF_CHECK(m == 2 || m == 4, "conv_winograd: output tile size (knob winograd) must be 2 (F(2x2, 3x3)) or 4 "
+             "(F(4x4, 3x3)), got ", m);
+}
+
 float* grow(std::vector<float>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
   return v.data();
 }
 
-// The 16 GEMMs, [tiles x C] x [C x K] per transformed tap, in register tiles of up to rn_max
+// The (m+2)^2 GEMMs, [tiles x C] x [C x K] per transformed tap, in register tiles of up to rn_max
 // tiles x oc_bn channels (balanced sizes).
 class Gemms {
  public:
@@ -99,8 +104,8 @@ void run_epilogue(const Geom& g, const ElementHook& ep, float* y, int64_t kb, in
   for (int64_t t = t0; t < t1;) {
     const int64_t n = t / (g.TH * g.TW), th = t / g.TW % g.TH, tw = t % g.TW;
     const int64_t end = std::min(t1, t - tw + g.TW);  // the end of this tile row within the range
-    const int64_t ow_a = 2 * tw, ow_b = std::min(2 * (tw + end - t), g.OW);
-    for (int64_t oh = 2 * th; oh < std::min(2 * th + 2, g.OH); ++oh) {
+    const int64_t ow_a = g.m * tw, ow_b = std::min(g.m * (tw + end - t), g.OW);
+    for (int64_t oh = g.m * th; oh < std::min(g.m * (th + 1), g.OH); ++oh) {
       const int64_t start = (((n * g.Kb + kb) * g.OH + oh) * g.OW + ow_a) * g.ocb;
       ep(y + start, start, (ow_b - ow_a) * g.ocb);
     }
@@ -120,21 +125,27 @@ bool conv_winograd_fits(const Conv2dShape& s) {
          s.dil_w == 1;
 }
 
-bool conv_winograd_pays(const Conv2dShape& s, const ConvNchwcKnobs& k) {
-  // Measured against the direct kernel with the same blocks (2 threads, Xeon, AVX-512, batch 1
-  // unless noted): ResNet's 64 @ 56x56 1.40x, 128 @ 28x28 1.89x, 256 @ 14x14 1.78x, 512 @ 7x7
-  // 1.10x (1.64x at batch 8); VGG's 64 @ 224x224 1.28x, 512 @ 28x28 1.91x; DenseNet's 128 -> 32 at
-  // 56/28/14 1.42-1.57x. Below ~8 MFLOP the three passes and their scratch cost more than the
-  // multiplies saved (128 -> 32 @ 7x7, 3.6 MFLOP: 0.88x; 32 @ 4x4: 0.59x), and a narrow input
-  // (the RGB image) has too few channels to amortize its transform.
-  if (!conv_winograd_fits(s) || s.C < 16 || s.K < 16) return false;
+int conv_winograd_tile(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  // Measured against the direct kernel with the same blocks (2 threads, Xeon, AVX-512; the
+  // numbers in benchmarks/results/conv_winograd_*.txt). Below ~8 MFLOP the three passes and their
+  // scratch cost more than the multiplies saved (128 -> 32 @ 7x7, 3.6 MFLOP: F2 0.88x; 32 @ 4x4:
+  // 0.59x), and a narrow input (the RGB image) has too few channels to amortize its transform.
+  if (!conv_winograd_fits(s) || s.C < 16 || s.K < 16) return 0;
   (void)k;
   const double flops = 2.0 * s.N * s.K * s.C * 9 * s.OH() * s.OW();
-  return flops >= 8e6;
+  if (flops < 8e6) return 0;
+  // F(4x4) does 1.78x fewer multiplies than F(2x2) but needs 2.25x the transformed weights and
+  // 4x fewer, larger tiles: it wins once there are enough tiles to amortize the weights (ResNet
+  // 128 @ 28x28 b1, 49 tiles: direct 920 us, F2 560, F4 418; 512 @ 7x7 b8, 32 tiles: 6613 / 4757 /
+  // 3667) and loses below (256 @ 14x14 b1, 16 tiles: 732 / 435 / 449; 512 @ 7x7 b1, 4 tiles:
+  // 828 / 773 / 844).
+  const int64_t tiles4 = s.N * ((s.OH() + 3) / 4) * ((s.OW() + 3) / 4);
+  return tiles4 >= 32 ? 4 : 2;
 }
 
 int64_t conv_winograd_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
-  return kTaps * ceil_div(s.K, k.oc_bn) * ceil_div(s.C, k.ic_bn) * k.ic_bn * k.oc_bn;
+  const int64_t a = k.winograd + 2;
+  return a * a * ceil_div(s.K, k.oc_bn) * ceil_div(s.C, k.ic_bn) * k.ic_bn * k.oc_bn;
 }
 
 void conv_winograd_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs, float* out) {
@@ -144,20 +155,25 @@ void conv_winograd_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, co
   DNNF_CHECK(k.ic_bn >= 1 && k.oc_bn >= 1, "conv_winograd_pack_weight: blocks must be positive (ic_bn=", k.ic_bn,
              " oc_bn=", k.oc_bn, ")");
   DNNF_CHECK(w_kcrs != nullptr && out != nullptr, "conv_winograd_pack_weight: null pointer");
+  check_tile(k.winograd);
   const int64_t icb = k.ic_bn, ocb = k.oc_bn, Cb = ceil_div(s.C, icb), Kb = ceil_div(s.K, ocb);
   std::fill(out, out + conv_winograd_packed_weight_floats(s, k), 0.f);
-  // G = [1 0 0; 1/2 1/2 1/2; 1/2 -1/2 1/2; 0 0 1]; u = G g G^T.
-  static const double G[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  // u = G g G^T with Lavin & Gray's G for each tile size.
+  static const double G2[4][3] = {{1, 0, 0}, {0.5, 0.5, 0.5}, {0.5, -0.5, 0.5}, {0, 0, 1}};
+  static const double G4[6][3] = {{1.0 / 4, 0, 0},           {-1.0 / 6, -1.0 / 6, -1.0 / 6}, {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                  {1.0 / 24, 1.0 / 12, 1.0 / 6}, {1.0 / 24, -1.0 / 12, 1.0 / 6}, {0, 0, 1}};
+  const int A = k.winograd + 2;
+  const double(*G)[3] = A == 4 ? G2 : G4;
   for (int64_t kk = 0; kk < s.K; ++kk)
     for (int64_t c = 0; c < s.C; ++c) {
       const float* g = w_kcrs + (kk * s.C + c) * 9;
-      double tmp[4][3];
-      for (int i = 0; i < 4; ++i)
+      double tmp[6][3];
+      for (int i = 0; i < A; ++i)
         for (int j = 0; j < 3; ++j) tmp[i][j] = G[i][0] * g[j] + G[i][1] * g[3 + j] + G[i][2] * g[6 + j];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) {
+      for (int i = 0; i < A; ++i)
+        for (int j = 0; j < A; ++j) {
           const double u = tmp[i][0] * G[j][0] + tmp[i][1] * G[j][1] + tmp[i][2] * G[j][2];
-          const int64_t xi = 4 * i + j;
+          const int64_t xi = A * i + j;
           out[(((xi * Kb + kk / ocb) * Cb + c / icb) * icb + c % icb) * ocb + kk % ocb] = static_cast<float>(u);
         }
     }
@@ -167,8 +183,9 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
                            const float* bias, const float* residual, Activation act, float* y, const Parallel& par,
                            ElementHook epilogue, Isa isa) {
   DNNF_CHECK(conv_winograd_fits(s), "conv2d_winograd_nchwc: needs groups=1, a 3x3 kernel, stride 1 and dilation 1");
+  check_tile(k.winograd);
   ConvNchwcKnobs direct = k;
-  direct.winograd = false;
+  direct.winograd = 0;
   direct.reg_n = 1;
   conv_nchwc_check(s, direct, isa);
   DNNF_CHECK(x && packed_w && y, "conv2d_winograd_nchwc: null pointer");
@@ -179,16 +196,16 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
   wino_detail::OutputFn out_fn;
   switch (isa) {
     case Isa::Avx512:
-      in_fn = wino_detail::input_fn_avx512(g.icb);
-      out_fn = wino_detail::output_fn_avx512(g.ocb);
+      in_fn = wino_detail::input_fn_avx512(g.m, g.icb);
+      out_fn = wino_detail::output_fn_avx512(g.m, g.ocb);
       break;
     case Isa::Avx2:
-      in_fn = wino_detail::input_fn_avx2(g.icb);
-      out_fn = wino_detail::output_fn_avx2(g.ocb);
+      in_fn = wino_detail::input_fn_avx2(g.m, g.icb);
+      out_fn = wino_detail::output_fn_avx2(g.m, g.ocb);
       break;
     default:
-      in_fn = wino_detail::input_fn_baseline(g.icb);
-      out_fn = wino_detail::output_fn_baseline(g.ocb);
+      in_fn = wino_detail::input_fn_baseline(g.m, g.icb);
+      out_fn = wino_detail::output_fn_baseline(g.m, g.ocb);
   }
   const Gemms gemms(g, isa, packed_w);
   // Bias padded to whole blocks, so the last block's padded lanes add 0.
@@ -204,9 +221,10 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
     if (epilogue) run_epilogue(g, epilogue, y, kb, t0, t1);
   };
   const int threads = std::max(1, par.num_threads());
+  const int64_t kTaps = (g.m + 2) * (g.m + 2);
   if (kTaps * cfl * kfl <= kChunkedMaxWeightFloats) {
     // Chunks of tiles, each transformed, multiplied and inverse-transformed by one thread in its
-    // own scratch: V [16][Cb][tc][icb], then per output block M [16][tc][ocb].
+    // own scratch: V [taps][Cb][tc][icb], then per output block M [taps][tc][ocb].
     int64_t tc = std::max<int64_t>(8, kChunkFloats / (kTaps * (cfl + g.ocb)));
     tc = std::min(tc, ceil_div(T, 2 * threads));  // at least two chunks per thread to balance
     tc = std::max<int64_t>(tc, 1);
@@ -220,14 +238,14 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
         const int64_t t0 = c * tc, t1 = std::min(T, t0 + tc);
         in_fn(g, x, t0, t1, v, t0, v_xi, tc * g.icb);
         for (int64_t kb = 0; kb < g.Kb; ++kb) {
-          for (int xi = 0; xi < kTaps; ++xi) gemms.run(xi, kb, t0, t1, v, t0, v_xi, tc * g.icb, m, m_xi, 0);
+          for (int xi = 0; xi < static_cast<int>(kTaps); ++xi) gemms.run(xi, kb, t0, t1, v, t0, v_xi, tc * g.icb, m, m_xi, 0);
           out_block(m, t0, m_xi, kb, t0, t1);
         }
       }
     });
     return;
   }
-  // Three phases over the whole layer; V [16][Cb][T][icb] and M [16][Kb][T][ocb] in the caller's
+  // Three phases over the whole layer; V [taps][Cb][T][icb] and M [taps][Kb][T][ocb] in the caller's
   // scratch.
   thread_local std::vector<float> scratch;
   float* v = grow(scratch, kTaps * T * (cfl + kfl));

@@ -26,10 +26,10 @@ namespace dnnfusion::kernels {
 // groups == 1, 3x3 taps, stride 1, dilation 1 (any zero padding).
 bool conv_winograd_fits(const Conv2dShape& s);
 
-// Whether conv_nchwc_default_knobs and the layout search pick Winograd for s (with its N, H, W)
-// and blocks k: it fits and the GEMM work it saves outweighs its transforms and its larger
-// weights (measured on this family's kernels; see the definition).
-bool conv_winograd_pays(const Conv2dShape& s, const ConvNchwcKnobs& k);
+// The Winograd tile the layout search picks for s (with its N, H, W) and blocks k: 0 (direct) unless
+// it fits and the GEMM work it saves outweighs its transforms and its larger weights, else 2 or 4
+// (measured on this family's kernels; see the definition).
+int conv_winograd_tile(const Conv2dShape& s, const ConvNchwcKnobs& k);
 
 int64_t conv_winograd_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k);
 // w_kcrs: PyTorch weight [K][C][3][3]. Transforms in double, rounds once to float.

@@ -4,7 +4,7 @@
 
 namespace dnnfusion::kernels::wino_detail {
 
-InputFn input_fn_avx512(int64_t icb) { return pick_input(icb); }
-OutputFn output_fn_avx512(int64_t ocb) { return pick_output(ocb); }
+InputFn input_fn_avx512(int m, int64_t icb) { return pick_input(m, icb); }
+OutputFn output_fn_avx512(int m, int64_t ocb) { return pick_output(m, ocb); }
 
 }  // namespace dnnfusion::kernels::wino_detail

@@ -9,14 +9,17 @@
 
 namespace dnnfusion::kernels::wino_detail {
 
-// A layer's tile grid: output tile t (0 <= t < N*TH*TW) is (n, th, tw) = (t / (TH*TW), t / TW % TH,
-// t % TW) and covers output rows 2*th, 2*th+1 and columns 2*tw, 2*tw+1 (those inside OH x OW).
+// A layer's tile grid for F(m x m, 3x3): output tile t (0 <= t < N*TH*TW) is (n, th, tw) =
+// (t / (TH*TW), t / TW % TH, t % TW) and covers output rows m*th .. m*th+m-1 and columns
+// m*tw .. m*tw+m-1 (those inside OH x OW); its input window is (m+2) x (m+2), and the transformed
+// tile has (m+2)^2 values xi = (m+2)*i + j.
 struct Geom {
   int64_t N, C, H, W, K, OH, OW, TH, TW, pad_h, pad_w;
   int64_t icb, ocb, Cb, Kb;
+  int m;
 };
 
-// Tiles [t0, t1), every input channel block: writes the 16 transformed values of tile t, block
+// Tiles [t0, t1), every input channel block: writes the (m+2)^2 transformed values of tile t, block
 // cb, lane l to v[xi * v_xi + cb * v_cb + (t - tb) * icb + l]. Taps outside the image read 0.
 using InputFn = void (*)(const Geom& g, const float* x, int64_t t0, int64_t t1, float* v, int64_t tb, int64_t v_xi,
                          int64_t v_cb);
@@ -26,12 +29,13 @@ using InputFn = void (*)(const Geom& g, const float* x, int64_t t0, int64_t t1, 
 using OutputFn = void (*)(const Geom& g, const float* m, int64_t tb, int64_t m_xi, int64_t kb, int64_t t0, int64_t t1,
                           const float* bias, const float* res, Activation act, int64_t lanes, float* y);
 
-// The transforms for a channel block of `lanes` floats (vector width picked from it).
-InputFn input_fn_baseline(int64_t icb);
-OutputFn output_fn_baseline(int64_t ocb);
-InputFn input_fn_avx2(int64_t icb);
-OutputFn output_fn_avx2(int64_t ocb);
-InputFn input_fn_avx512(int64_t icb);
-OutputFn output_fn_avx512(int64_t ocb);
+// The transforms of F(m x m, 3x3) (m = 2 or 4) for a channel block of icb / ocb floats (vector
+// width picked from it).
+InputFn input_fn_baseline(int m, int64_t icb);
+OutputFn output_fn_baseline(int m, int64_t ocb);
+InputFn input_fn_avx2(int m, int64_t icb);
+OutputFn output_fn_avx2(int m, int64_t ocb);
+InputFn input_fn_avx512(int m, int64_t icb);
+OutputFn output_fn_avx512(int m, int64_t ocb);
 
 }  // namespace dnnfusion::kernels::wino_detail
