@@ -14,7 +14,13 @@
 // copy, re-used), and packed with cold weights (a different copy per call, as a model streams
 // its layers); bert-base's whole attention through kernels::sdpa; batch-1 classifier GEMVs.
 //
-//   dnnfusion_conv_bench [THREADS=2]
+// `dnnfusion_conv_bench THREADS winograd` instead times the stride-1 3x3 convolutions of
+// ResNet-18/50, VGG-16 and DenseNet-121 (batch 1, and batch 8 for ResNet's) with the direct
+// kernel (default knobs) against Winograd F(2x2, 3x3) and F(4x4, 3x3) on the same blocks, marks
+// the tile conv_winograd_tile picks, and prints each one's max error relative to the output's
+// magnitude (against conv2d_nchw).
+//
+//   dnnfusion_conv_bench [THREADS=2] [gemm | winograd]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -32,6 +38,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "runtime/thread_pool.h"
@@ -395,6 +402,47 @@ void gemm_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt1993
   }
 }
 
+// The winograd section: per layer, median time of direct / F2 / F4 and their max error relative
+// to max |y_ref|.
+void winograd_section(dnnfusion::runtime::ThreadPool& pool, std::mt19937_64& rng) {
+  auto at = [](int64_t N, int64_t C, int64_t HW, int64_t K) {
+    return Conv2dShape{N, C, HW, HW, K, 3, 3, 1, 1, 1, 1, 1, 1, 1};
+  };
+  const Layer layers[] = {
+      {"resnet 64 @56", at(1, 64, 56, 64)},         {"resnet 128 @28", at(1, 128, 28, 128)},
+      {"resnet 256 @14", at(1, 256, 14, 256)},      {"resnet 512 @7", at(1, 512, 7, 512)},
+      {"vgg 64 @224", at(1, 64, 224, 64)},          {"vgg 128 @112", at(1, 128, 112, 128)},
+      {"vgg 256 @56", at(1, 256, 56, 256)},         {"vgg 512 @28", at(1, 512, 28, 512)},
+      {"vgg 512 @14", at(1, 512, 14, 512)},         {"densenet 128->32 @56", at(1, 128, 56, 32)},
+      {"densenet 128->32 @14", at(1, 128, 14, 32)}, {"densenet 128->32 @7", at(1, 128, 7, 32)},
+      {"resnet b8 64 @56", at(8, 64, 56, 64)},      {"resnet b8 256 @14", at(8, 256, 14, 256)},
+      {"resnet b8 512 @7", at(8, 512, 7, 512)},
+  };
+  const Isa isa = dnnfusion::kernels::active_isa();
+  std::printf("# stride-1 3x3 convs, ReLU epilogue, bias; median time; same blocks for all three; "
+              "'*' = conv_winograd_tile's pick; err = max|y - y_nchw| / max|y_nchw|\n");
+  std::printf("%-24s %8s | %9s %8s | %9s %6s %8s | %9s %6s %8s\n", "layer", "MFLOP", "direct us", "err", "F2 us",
+              "x", "err", "F4 us", "x", "err");
+  for (const auto& L : layers) {
+    Bench b(L.s, pool, rng);
+    b.time_nchw();  // fills y_ref
+    double mag = 0;
+    for (float v : b.y_ref) mag = std::max(mag, static_cast<double>(std::fabs(v)));
+    ConvNchwcKnobs k = dnnfusion::kernels::conv_nchwc_default_knobs(L.s, isa);
+    double t[3], e[3];
+    for (int i = 0; i < 3; ++i) {
+      k.winograd = i == 0 ? 0 : 2 * i;
+      t[i] = b.time_nchwc(k, &e[i]);
+      e[i] /= mag;
+    }
+    const int pick = dnnfusion::kernels::conv_winograd_tile(L.s, k);
+    std::printf("%-24s %8.1f | %8.1f%s %8.1e | %8.1f%s %5.2fx %8.1e | %8.1f%s %5.2fx %8.1e\n", L.name, b.flops * 1e-6,
+                t[0] * 1e6, pick == 0 ? "*" : " ", e[0], t[1] * 1e6, pick == 2 ? "*" : " ", t[0] / t[1], e[1],
+                t[2] * 1e6, pick == 4 ? "*" : " ", t[0] / t[2], e[2]);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -410,6 +458,11 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "gemm") {  // `dnnfusion_conv_bench T gemm`: the GEMM table only
     std::mt19937_64 grng(12345);
     gemm_section(pool, peak, grng);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "winograd") {
+    std::mt19937_64 wrng(12345);
+    winograd_section(pool, wrng);
     return 0;
   }
   std::printf("# batch 1, ReLU epilogue, bias; median time; layout transforms / weight packing untimed\n");
