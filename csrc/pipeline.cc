@@ -166,6 +166,8 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       layout::LayoutStats st;
       g = layout::propagate_blocked_layout(g, schemes.fn(), &st, opts.layout != CompileOptions::Layout::ConvsOnly);
       result.convs_blocked = st.convs_blocked;
+      result.convs_winograd_f2 = st.winograd_f2;
+      result.convs_winograd_f4 = st.winograd_f4;
       result.layout_to_blocked = st.to_blocked;
       result.layout_to_plain = st.to_plain;
       result.layout_reblocked = st.reblocked;
@@ -173,7 +175,8 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& opts) {
       result.layout_method = schemes.report.method();
       result.convs_tuned_now = schemes.report.tuned_now;
       rec.changed = st.convs_blocked > 0;
-      rec.detail = std::to_string(st.convs_blocked) + " convs NCHW[x]c (" + result.layout_method + "), transforms " +
+      rec.detail = std::to_string(st.convs_blocked) + " convs NCHW[x]c (" + result.layout_method + "; Winograd F4 " +
+                   std::to_string(st.winograd_f4) + ", F2 " + std::to_string(st.winograd_f2) + "), transforms " +
                    std::to_string(st.to_blocked) + " in / " + std::to_string(st.to_plain) + " out / " +
                    std::to_string(st.reblocked) + " re-block, " + std::to_string(st.ops_propagated) + " ops propagated";
     });

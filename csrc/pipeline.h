@@ -62,6 +62,7 @@ struct Compiled {
   bool codegen_cache_hit = false;
   std::string generated_source_path;
   // Layout report (csrc/layout).
+  int convs_winograd_f2 = 0, convs_winograd_f4 = 0;  // of convs_blocked, run as Winograd F(2x2) / F(4x4)
   int convs_blocked = 0, layout_to_blocked = 0, layout_to_plain = 0, layout_reblocked = 0, layout_propagated = 0;
   std::string layout_method;       // how the conv schemes were chosen (SchemeReport::method)
   int convs_tuned_now = 0;         // (workload, block pair) entries measured by this compile

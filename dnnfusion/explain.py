@@ -158,6 +158,10 @@ class ExplainReport:
         lines = ["", "layout (NCHW[x]c):"]
         lines.append(f"  convolutions blocked           : {convs}"
                      + (f" (schemes: {', '.join(methods)})" if methods else ""))
+        wf2, wf4 = (sum(r.get("convs_winograd", (0, 0))[i] for r in regs) for i in range(2))
+        if wf2 or wf4:
+            lines.append(f"  ... as Winograd                : {wf4} F(4x4, 3x3), {wf2} F(2x2, 3x3) (3x3 stride-1; "
+                         "option winograd=False runs them direct)")
         lines.append(f"  activation transforms          : {tr[0]} to blocked, {tr[1]} to NCHW, {tr[2]} re-blocked")
         lines.append(f"  ops running on blocked tensors : {sum(r.get('layout_propagated', 0) for r in regs)}")
         lines.append(f"  GEMM weights packed at compile : {sum(r.get('gemms_packed', 0) for r in regs)}")

@@ -191,6 +191,8 @@ class Propagator {
     const int out = rb_.add("conv2d_nchwc", {xb, wp, bias}, blocked_shape(y.shape, sc->oc_bn), DType::Float32, attrs);
     set_blocked(y.id, out, sc->oc_bn);
     ++st_.convs_blocked;
+    st_.winograd_f2 += sc->winograd == 2;
+    st_.winograd_f4 += sc->winograd == 4;
     return true;
   }
 

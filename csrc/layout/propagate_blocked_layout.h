@@ -48,6 +48,8 @@ using ConvSchemeFn = std::function<std::optional<ConvScheme>(const ecg::Graph&, 
 
 struct LayoutStats {
   int convs_blocked = 0;      // convolutions now running in NCHW[x]c
+  int winograd_f2 = 0;        // ... of them as Winograd F(2x2, 3x3)
+  int winograd_f4 = 0;        // ... and as Winograd F(4x4, 3x3)
   int to_blocked = 0;         // NCHW -> NCHW[x]c transforms of activations
   int to_plain = 0;           // NCHW[x]c -> NCHW transforms of activations
   int reblocked = 0;          // NCHW[x]c -> NCHW[y]c

@@ -207,6 +207,7 @@ py::dict region_stats(int64_t h) {
   d["generated_functions"] = c.generated_functions;
   d["codegen_compile_ms"] = c.codegen_compile_ms;
   d["convs_blocked"] = c.convs_blocked;
+  d["convs_winograd"] = py::make_tuple(c.convs_winograd_f2, c.convs_winograd_f4);
   d["gemms_packed"] = c.gemms_packed;
   d["expand_dw_fused"] = c.expand_dw_fused;
   d["layout_transforms"] = py::make_tuple(c.layout_to_blocked, c.layout_to_plain, c.layout_reblocked);

@@ -229,3 +229,48 @@ def test_expand_depthwise_fusion_matches_eager(fuse, tmp_path):
     assert _close(y, ref) and sum(r["expand_dw_fused"] for r in regions) == 0
     with pytest.raises(ValueError, match="fuse_expand_depthwise"):
         dnnfusion.options.parse_options({"fuse_expand_depthwise": 1})
+
+
+class WinogradNet(nn.Module):
+    """3x3 stride-1 convs that take each algorithm at batch 2 on 40x36: F(4x4) (32 -> 32 at 40x36,
+    180 4x4 tiles; one with a residual add and ReLU fused behind it), F(2x2) (128 -> 128 at 10x9,
+    18 4x4 tiles) and direct (the RGB stem, the stride-2 conv, 128 -> 16 at 10x9: 6.6 MFLOP)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 32, 3, 1, 1), nn.ReLU())
+        self.a = nn.Sequential(nn.Conv2d(32, 32, 3, 1, 1, bias=False), nn.BatchNorm2d(32), nn.ReLU())
+        self.b = nn.Conv2d(32, 32, 3, 1, 1)
+        self.down = nn.Conv2d(32, 128, 3, 2, 1)
+        self.c = nn.Sequential(nn.Conv2d(128, 128, 3, 1, 1), nn.ReLU6())
+        self.d = nn.Conv2d(128, 16, 3, 1, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(self.b(self.a(x)) + x)
+        x = nn.functional.max_pool2d(self.down(x), 2)
+        return self.d(self.c(x))
+
+
+@pytest.mark.parametrize("winograd", [True, False])
+def test_winograd_convs_match_eager(winograd, tmp_path):
+    torch.manual_seed(0)
+    m = WinogradNet().eval()
+    with torch.no_grad():
+        m.a[1].running_mean.uniform_(-0.5, 0.5)
+        m.a[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 40, 36)
+    with torch.no_grad():
+        ref = m(x)
+    opts = {"winograd": winograd, "tuning_db": str(tmp_path / "db.txt")}
+    for fusion in ("dnnfusion", "none"):
+        y, regions = _run(m, x, dict(opts, fusion=fusion, layout=True))
+        assert _close(y, ref), (fusion, (y - ref).abs().max())
+        f2, f4 = (sum(r["convs_winograd"][i] for r in regions) for i in range(2))
+        assert (f2, f4) == ((1, 2) if winograd else (0, 0)), (fusion, f2, f4)
+        assert sum(r["convs_blocked"] for r in regions) == 6
+    torch._dynamo.reset()
+    rep = str(dnnfusion.explain(m, x, options=opts, compare_modes=False))
+    assert ("as Winograd                : 2 F(4x4, 3x3), 1 F(2x2, 3x3)" in rep) == winograd, rep
+    with pytest.raises(ValueError, match="winograd"):
+        dnnfusion.options.parse_options({"winograd": "yes"})
