@@ -76,6 +76,24 @@ TEST(ConvWinograd, ThreePhaseSplitMatchesReference) {
     }
 }
 
+// Groups of tiles (the scratch cap) that start and end inside tile rows and images.
+TEST(ConvWinograd, ThreePhaseGroupsMatchReference) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 504);
+  const Conv2dShape s = shape(3, 144, 9, 11, 136, 3, 3, 1, 1);
+  const Isa isa = testing::isas_to_test().back();
+  const int ocb = isa == Isa::Scalar ? 16 : 8;
+  for (int m : {2, 4}) {
+    const int64_t a = m + 2, per_tile = a * a * (144 + 136);
+    for (int64_t tiles : {1, 7, 13}) {
+      SCOPED_TRACE("tiles per group " + std::to_string(tiles));
+      const int64_t old = kernels::conv_winograd_phase_budget(tiles * per_tile);
+      check(rng, s, wino(16, ocb, m), isa, testing::kTwo, Options{true, true, true, false, Activation::Relu});
+      kernels::conv_winograd_phase_budget(old);
+    }
+  }
+}
+
 TEST(ConvWinograd, EveryActivationResidualAndHookOnManyThreads) {
   SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 rng(testing::test_seed() + 503);

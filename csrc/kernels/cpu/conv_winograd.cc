@@ -4,6 +4,7 @@
 #include "kernels/cpu/conv_winograd.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "common/error.h"
@@ -117,8 +118,15 @@ void run_epilogue(const Geom& g, const ElementHook& ep, float* y, int64_t kb, in
 // threads work on whole chunks; both keep a chunk's working set within a core's 2 MiB L2.
 constexpr int64_t kChunkFloats = 256 * 1024;
 constexpr int64_t kChunkedMaxWeightFloats = 256 * 1024;
+// Most scratch the three-phase split holds (32 MiB by default; tests lower it to force groups).
+std::atomic<int64_t> g_phase_floats{8 * 1024 * 1024};
 
 }  // namespace
+
+int64_t conv_winograd_phase_budget(int64_t floats) {
+  DNNF_CHECK(floats >= 1, "conv_winograd_phase_budget: needs at least 1 float, got ", floats);
+  return g_phase_floats.exchange(floats);
+}
 
 bool conv_winograd_fits(const Conv2dShape& s) {
   return s.groups == 1 && s.R == 3 && s.S == 3 && s.stride_h == 1 && s.stride_w == 1 && s.dil_h == 1 &&
@@ -245,27 +253,35 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
     });
     return;
   }
-  // Three phases over the whole layer; V [taps][Cb][T][icb] and M [taps][Kb][T][ocb] in the caller's
-  // scratch.
+  // Three phases over groups of tiles (the whole layer unless that would take more than
+  // conv_winograd_phase_budget of scratch: a large batch re-streams the weights per group instead of holding
+  // hundreds of MB); V [taps][Cb][tg][icb] and M [taps][Kb][tg][ocb] in the caller's scratch.
+  const int64_t tg = std::max<int64_t>(1, std::min(T, g_phase_floats.load() / (kTaps * (cfl + kfl))));
   thread_local std::vector<float> scratch;
-  float* v = grow(scratch, kTaps * T * (cfl + kfl));
-  float* m = v + kTaps * T * cfl;
-  const int64_t v_xi = g.Cb * T * g.icb, v_cb = T * g.icb, m_xi = g.Kb * T * g.ocb, m_kb = T * g.ocb;
-  par.parallel_for(T, std::max<int64_t>(1, 16 / g.Cb), [&](int64_t t0, int64_t t1) {
-    in_fn(g, x, t0, t1, v, 0, v_xi, v_cb);
-  });
-  // (xi, kb) items, xi-major: a thread's contiguous share covers whole taps, so it streams only
-  // those taps' weights. A single tile run per item keeps one weight slice hot across all tiles.
-  par.parallel_for(kTaps * g.Kb, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) gemms.run(static_cast<int>(i / g.Kb), i % g.Kb, 0, T, v, 0, v_xi, v_cb, m, m_xi, m_kb);
-  });
-  const int64_t rows = g.N * g.TH;
-  par.parallel_for(g.Kb * rows, 1, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t kb = i / rows, t0 = (i % rows) * g.TW;
-      out_block(m + kb * m_kb, 0, m_xi, kb, t0, t0 + g.TW);
-    }
-  });
+  float* v = grow(scratch, kTaps * tg * (cfl + kfl));
+  float* m = v + kTaps * tg * cfl;
+  const int64_t v_xi = g.Cb * tg * g.icb, v_cb = tg * g.icb, m_xi = g.Kb * tg * g.ocb, m_kb = tg * g.ocb;
+  for (int64_t tb = 0; tb < T; tb += tg) {
+    const int64_t te = std::min(T, tb + tg), n = te - tb;
+    par.parallel_for(n, std::max<int64_t>(1, 16 / g.Cb), [&](int64_t t0, int64_t t1) {
+      in_fn(g, x, tb + t0, tb + t1, v, tb, v_xi, v_cb);
+    });
+    // (xi, kb) items, xi-major: a thread's contiguous share covers whole taps, so it streams only
+    // those taps' weights. A single tile run per item keeps one weight slice hot across all tiles.
+    par.parallel_for(kTaps * g.Kb, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i)
+        gemms.run(static_cast<int>(i / g.Kb), i % g.Kb, tb, te, v, tb, v_xi, v_cb, m, m_xi, m_kb);
+    });
+    // (output block, run of tiles within one tile row) items.
+    const int64_t row0 = tb / g.TW, rows = (te - 1) / g.TW - row0 + 1;
+    par.parallel_for(g.Kb * rows, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t kb = i / rows, r = row0 + i % rows;
+        const int64_t t0 = std::max(tb, r * g.TW), t1 = std::min(te, (r + 1) * g.TW);
+        out_block(m + kb * m_kb, tb, m_xi, kb, t0, t1);
+      }
+    });
+  }
 }
 
 }  // namespace dnnfusion::kernels

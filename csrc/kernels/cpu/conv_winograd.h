@@ -15,7 +15,8 @@
 // transforms, multiplies and inverse-transforms its own chunks of tiles in scratch (no barrier, the
 // chunk never leaves L2); larger weights go in three phases over the whole layer (input transform;
 // GEMMs split by (xi, output block), so each thread streams only its share of the weights; output
-// transform), with the transformed tensors in the calling thread's scratch.
+// transform), with the transformed tensors in the calling thread's scratch, in groups of tiles
+// when a whole large batch would need more than conv_winograd_phase_budget floats of it.
 #pragma once
 #include <cstdint>
 
@@ -42,5 +43,10 @@ void conv_winograd_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, co
 void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x, const float* packed_w,
                            const float* bias, const float* residual, Activation act, float* y, const Parallel& par,
                            ElementHook epilogue = {}, Isa isa = active_isa());
+
+// Most scratch (floats) the three-phase split holds for the transformed input and products
+// before it works in groups of tiles (default 8 Mi = 32 MiB); returns the previous value. For
+// tests, to force groups on small shapes.
+int64_t conv_winograd_phase_budget(int64_t floats);
 
 }  // namespace dnnfusion::kernels
