@@ -164,7 +164,8 @@ NextBlock next_block(const UkInfo& uk, const float* Bpk, int64_t K, int64_t kc_b
                      int64_t m1, int64_t pc, int64_t kc, int64_t jc, int64_t n0, int64_t n1) {
   NextBlock next;
   if (mc <= uk.mr) return next;
-  int64_t njc = jc + uk.nc, npc = pc;
+  const int64_t nc_blk = uk.nc_prepacked ? uk.nc_prepacked : uk.nc;
+  int64_t njc = jc + nc_blk, npc = pc;
   if (njc >= n1) {
     njc = n0;
     if (ic + mc >= m1) npc = pc + kc;
@@ -172,7 +173,7 @@ NextBlock next_block(const UkInfo& uk, const float* Bpk, int64_t K, int64_t kc_b
   if (npc >= K) return next;
   next.bp = Bpk + (njc / uk.nr) * K * uk.nr + npc * uk.nr;
   next.kc = std::min(kc_blk, K - npc);
-  next.panels = (std::min(uk.nc, n1 - njc) + uk.nr - 1) / uk.nr;
+  next.panels = (std::min(nc_blk, n1 - njc) + uk.nr - 1) / uk.nr;
   return next;
 }
 
@@ -188,11 +189,13 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
   const bool col_bias = ep.bias_mode == GemmEpilogue::Bias::PerCol;
 
   // Balanced K blocks: K=576 with KC=384 becomes 2x288 rather than 384+192.
-  const int64_t nkb = (K + uk.kc - 1) / uk.kc;
+  const float* prepacked = p.packed_b(b);
+  const int64_t KC = prepacked && uk.kc_prepacked ? uk.kc_prepacked : uk.kc;
+  const int64_t NC = prepacked && uk.nc_prepacked ? uk.nc_prepacked : uk.nc;
+  const int64_t nkb = (K + KC - 1) / KC;
   const int64_t kc_blk = ((K + nkb - 1) / nkb + 7) / 8 * 8;
 
   alignas(64) float tmp[16 * 32];  // edge tiles: MR <= 16, NR <= 32 for every micro-kernel
-  const float* prepacked = p.packed_b(b);
   DNNF_CHECK(!prepacked || n0 % NR == 0, "sgemm: column block ", n0, " is not on a panel boundary");
 
   // The tiles of one (column block, row block, K block): Ap packed rows, Bp the block's first
@@ -259,8 +262,8 @@ void compute_block(const BatchedProblem& p, const GemmEpilogue& ep, const UkInfo
         const int64_t mc = std::min(uk.mc, m1 - ic);
         float* Ap = tl_pack_a.get(static_cast<size_t>((mc + MR - 1) / MR * MR * kc));
         pack_a(A, ic, mc, pc, kc, MR, ep.alpha, Ap);
-        for (int64_t jc = n0; jc < n1; jc += uk.nc)
-          tiles(jc, std::min(uk.nc, n1 - jc), ic, mc, pc, kc, Ap, prepacked + (jc / NR) * K * NR + pc * NR, K * NR,
+        for (int64_t jc = n0; jc < n1; jc += NC)
+          tiles(jc, std::min(NC, n1 - jc), ic, mc, pc, kc, Ap, prepacked + (jc / NR) * K * NR + pc * NR, K * NR,
                 next_block(uk, prepacked, K, kc_blk, mc, ic, m1, pc, kc, jc, n0, n1));
       }
     }

@@ -38,6 +38,9 @@ struct UkInfo {
   // by_rows[r], 1 <= r <= mr: the same micro-kernel computing (and storing) only the first r rows
   // of the tile, so M < mr (a GEMV, batch-8 rows) does not pay for mr rows; nullptr: fn only.
   const UkFn* by_rows = nullptr;
+  // Blocking when B comes pre-packed (weights; 0: kc / nc). No B packing to amortize there, so the
+  // block can be as small as keeping it and the next (prefetched) block in L2 together asks.
+  int64_t kc_prepacked = 0, nc_prepacked = 0;
 };
 
 // Defined in the ISA files; only call when the CPU supports the ISA.
