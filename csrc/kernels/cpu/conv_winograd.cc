@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "kernels/cpu/conv_nchwc_ukernel.h"
 #include "kernels/cpu/conv_winograd_transforms.h"
+#include "kernels/cpu/prefetch_share.h"
 
 namespace dnnfusion::kernels {
 
@@ -67,14 +68,19 @@ class Gemms {
     rn_max_ = std::min(conv_nchwc_max_reg_n(isa, static_cast<int>(g.ocb)), kMaxRn);
     for (int rn = 1; rn <= rn_max_; ++rn) fns_[rn] = nchwc_detail::pointwise_tile(isa, static_cast<int>(g.ocb), rn);
   }
+  // The packed weights of tap xi, output block kb: Cb x ic_bn x oc_bn floats.
+  const float* slice(int64_t xi, int64_t kb) const { return w_ + ((xi * g_.Kb + kb) * g_.Cb) * g_.icb * g_.ocb; }
   // m[xi * m_xi + kb * m_kb + (t - tb) * ocb] for tiles [t0, t1) from v laid out as InputFn writes it.
+  // next_w: the weight slice this thread multiplies next (or null), fetched into L2 a share per
+  // register tile, so a slice streamed from L3 is not waited for at the start of each item.
   void run(int xi, int64_t kb, int64_t t0, int64_t t1, const float* v, int64_t tb, int64_t v_xi, int64_t v_cb,
-           float* m, int64_t m_xi, int64_t m_kb) const {
+           float* m, int64_t m_xi, int64_t m_kb, const float* next_w = nullptr) const {
     const int64_t count = t1 - t0, groups = ceil_div(count, rn_max_), base = count / groups, extra = count % groups;
+    const int64_t slice_bytes = g_.Cb * g_.icb * g_.ocb * static_cast<int64_t>(sizeof(float));
     NchwcTile t{};
     t.x_cb = v_cb;
     t.x_pos = g_.icb;
-    t.w = w_ + ((xi * g_.Kb + kb) * g_.Cb) * g_.icb * g_.ocb;
+    t.w = slice(xi, kb);
     t.w_cb = g_.icb * g_.ocb;
     t.n_cb = g_.Cb;
     t.n_kh = t.n_kw = 1;
@@ -88,6 +94,11 @@ class Gemms {
       t.x = v + xi * v_xi + (p - tb) * g_.icb;
       t.y = m + xi * m_xi + kb * m_kb + (p - tb) * g_.ocb;
       t.rn = rn;
+      if (next_w) {
+        const PrefetchShare sh = prefetch_share(next_w, slice_bytes, i, groups);
+        t.pf = sh.first;
+        t.pf_lines = sh.lines;
+      }
       fns_[rn](t);
       p += rn;
     }
@@ -270,7 +281,8 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
     // those taps' weights. A single tile run per item keeps one weight slice hot across all tiles.
     par.parallel_for(kTaps * g.Kb, 1, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i)
-        gemms.run(static_cast<int>(i / g.Kb), i % g.Kb, tb, te, v, tb, v_xi, v_cb, m, m_xi, m_kb);
+        gemms.run(static_cast<int>(i / g.Kb), i % g.Kb, tb, te, v, tb, v_xi, v_cb, m, m_xi, m_kb,
+                  i + 1 < i1 ? gemms.slice((i + 1) / g.Kb, (i + 1) % g.Kb) : nullptr);
     });
     // (output block, run of tiles within one tile row) items.
     const int64_t row0 = tb / g.TW, rows = (te - 1) / g.TW - row0 + 1;
