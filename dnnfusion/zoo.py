@@ -6,7 +6,7 @@ import torch
 TORCHVISION = [
     "resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_small", "vgg16_bn", "efficientnet_b0",
     "densenet121", "squeezenet1_1", "shufflenet_v2_x1_0", "regnet_y_400mf", "convnext_tiny", "vit_b_16",
-    "mobilenet_v3_large", "vgg16",
+    "mobilenet_v3_large", "vgg16", "resnext50_32x4d",
 ]
 TRANSFORMERS = ["bert", "distilbert", "gpt2", "albert", "mobilebert"]
 ALL = TORCHVISION + TRANSFORMERS

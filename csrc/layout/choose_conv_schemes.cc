@@ -60,7 +60,8 @@ std::optional<Conv2dShape> blockable_conv(const Graph& g, const Node& n) {
   return s;
 }
 
-bool depthwise(const Conv2dShape& s) { return s.groups > 1; }
+bool depthwise(const Conv2dShape& s) { return s.groups > 1 && s.groups == s.C && s.K == s.C; }
+bool grouped(const Conv2dShape& s) { return s.groups > 1 && !depthwise(s); }
 
 std::vector<int> oc_blocks(kernels::Isa isa) {
   if (isa == kernels::Isa::Avx512) return {8, 16, 32, 64};
@@ -108,8 +109,13 @@ std::vector<std::pair<int, int>> block_pairs(const Conv2dShape& s, kernels::Isa 
     }
     bool any = false;
     for (int ic : oc_blocks(isa))
-      if (block_fits(s.C, ic)) out.push_back({ic, oc}), any = true;
-    if (!any && s.C <= 64) out.push_back({static_cast<int>(s.C), oc});
+      if (block_fits(s.C, ic) && kernels::conv_nchwc_group_blocks_fit(s, ic, oc)) out.push_back({ic, oc}), any = true;
+    if (!any && s.C <= 64 && kernels::conv_nchwc_group_blocks_fit(s, static_cast<int>(s.C), oc))
+      out.push_back({static_cast<int>(s.C), oc});
+  }
+  if (out.empty() && grouped(s)) {  // groups narrower than every vector block: the kernel's choice
+    const auto d = kernels::conv_nchwc_default_knobs(s, isa);
+    out.push_back({d.ic_bn, d.oc_bn});
   }
   return out;
 }
@@ -381,9 +387,13 @@ ConvSchemeFn ConvSchemes::fn() const {
     // before each of its 15 depthwise layers otherwise, and the tuner prefers 32 there anyway.
     if (adaptive.count(n.id) && input_block > 0 && input_block != sc.ic_bn) {
       const int64_t C = g.value(n.inputs[0]).shape[1];
-      const bool dw = n.attr_int("groups", 1) > 1;
-      if (block_fits(C, input_block) && !dw) {
+      const auto conv = blockable_conv(g, n);
+      const bool dw = conv && depthwise(*conv), grp = conv && grouped(*conv);
+      if (block_fits(C, input_block) && !dw && !grp) {
         sc.ic_bn = input_block;
+      } else if (grp && block_fits(C, input_block) &&
+                 kernels::conv_nchwc_group_blocks_fit(*conv, input_block, sc.oc_bn)) {
+        sc.ic_bn = input_block;  // grouped: the producer's block when the groups allow it
       } else if (dw && block_fits(C, input_block)) {
         const auto isa = kernels::active_isa();
         const auto shape = blockable_conv(g, n);

@@ -170,9 +170,9 @@ class Propagator {
     const auto sc = scheme_(g_, n, block_of(n.inputs[0]));
     if (!sc) return false;
     const int64_t C = x[1], K = y.shape[1], groups = n.attr_int("groups", 1);
-    const bool depthwise = groups > 1;
+    const kernels::Conv2dShape grp{1, C, 1, 1, K, 1, 1, 1, 1, 0, 0, 1, 1, groups};  // channels and groups only
     DNNF_CHECK(block_fits(C, sc->ic_bn) && block_fits(K, sc->oc_bn) &&
-                   (!depthwise || (groups == C && C == K && sc->ic_bn == sc->oc_bn)) && (depthwise || groups == 1),
+                   kernels::conv_nchwc_group_blocks_fit(grp, sc->ic_bn, sc->oc_bn),
                "layout scheme for '", n.origin, "' does not fit the convolution (C=", C, " K=", K, " groups=", groups,
                " ic_bn=", sc->ic_bn, " oc_bn=", sc->oc_bn, ")");
     ecg::AttrMap attrs = n.attrs;

@@ -74,8 +74,7 @@ inline void check(std::mt19937_64& rng, const Conv2dShape& s, const ConvNchwcKno
     for (auto& v : ref) v = 2.f * v + 1.f;
 
   SerialParallel serial;
-  const bool dw = s.groups > 1;
-  const int x_bn = dw ? k.oc_bn : k.ic_bn;
+  const int x_bn = k.ic_bn;  // depthwise: == oc_bn
   std::vector<float> xb(static_cast<size_t>(kernels::nchwc_floats(s.N, s.C, s.H, s.W, x_bn)));
   kernels::nchw_to_nchwc(x.data(), s.N, s.C, s.H, s.W, x_bn, xb.data(), par);
   // Padded input lanes are never read: poison them (element-wise ops upstream may leave any value).

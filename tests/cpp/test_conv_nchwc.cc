@@ -161,12 +161,17 @@ TEST(ConvNchwc, RandomShapes) {
   for (Isa isa : testing::isas_to_test()) {
     for (int t = 0; t < 25; ++t) {
       Conv2dShape s{};
-      const bool dw = t % 5 == 4;
+      const bool dw = t % 5 == 4, grouped = t % 5 == 2;
       s.N = testing::rand_int(rng, 1, 2);
       s.C = testing::rand_int(rng, 1, 40);
       s.K = dw ? s.C : testing::rand_int(rng, 1, 40);
       s.groups = dw ? s.C : 1;
       if (dw && s.C == 1) s.groups = 1;
+      if (grouped) {  // groups dividing both channel counts
+        s.groups = testing::rand_int(rng, 2, 4);
+        s.C = s.groups * testing::rand_int(rng, 1, 10);
+        s.K = s.groups * testing::rand_int(rng, 1, 10);
+      }
       s.R = testing::rand_int(rng, 1, 4);
       s.S = testing::rand_int(rng, 1, 4);
       s.stride_h = testing::rand_int(rng, 1, 3);
@@ -177,6 +182,7 @@ TEST(ConvNchwc, RandomShapes) {
       s.pad_w = testing::rand_int(rng, 0, 3);
       s.H = testing::rand_int(rng, s.dil_h * (s.R - 1) + 1, 20);
       s.W = testing::rand_int(rng, s.dil_w * (s.S - 1) + 1, 40);
+      if (!kernels::conv_nchwc_supported(s, nullptr, isa)) continue;  // groups no block of the ISA fits
       const auto cands = kernels::conv_nchwc_candidate_knobs(s, isa);
       const ConvNchwcKnobs k = cands[static_cast<size_t>(testing::rand_int(rng, 0, cands.size() - 1))];
       Options o;
@@ -189,6 +195,54 @@ TEST(ConvNchwc, RandomShapes) {
             o);
     }
   }
+}
+
+// Grouped convs (ResNeXt / RegNet style and odd ones): blocks inside one group, whole groups per
+// block, padded last blocks, strides, 1x1, a channel multiplier, every candidate block pair of
+// the default's oc_bn, serial and on three threads, with the hook and a residual.
+TEST(ConvNchwc, GroupedConvsMatchReference) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 310);
+  const testing::ThreadParallel three(3);
+  const Conv2dShape shapes[] = {
+      shape(1, 32, 9, 10, 32, 3, 3, 1, 1, 1, 8),     // 4 channels per group (ResNeXt's first stage)
+      shape(2, 64, 7, 9, 64, 3, 3, 2, 1, 1, 4),      // 16 per group, stride 2, a batch
+      shape(1, 64, 6, 6, 64, 3, 3, 1, 1, 1, 2),      // 32 per group: blocks inside a group
+      shape(1, 48, 8, 8, 48, 3, 3, 1, 1, 1, 6),      // 8 per group (RegNet), 48 = 3 x 16
+      shape(1, 40, 5, 7, 40, 3, 3, 1, 1, 1, 5),      // 8 per group, 40 pads to 48
+      shape(1, 24, 6, 6, 48, 1, 1, 1, 0, 1, 3),      // 1x1, 8 in / 16 out per group
+      shape(1, 8, 7, 7, 16, 3, 3, 1, 1, 1, 8),       // depthwise with a channel multiplier
+      shape(1, 12, 9, 5, 18, 3, 2, 1, 1, 2, 3),      // odd groups (4 in / 6 out), dilation 2
+  };
+  for (Isa isa : testing::isas_to_test())
+    for (const auto& s : shapes) {
+      std::string why;
+      if (!kernels::conv_nchwc_supported(s, &why, isa)) {
+        // Only the odd groups on the vector ISAs: 6 output channels per group fit no 8-lane block.
+        EXPECT_TRUE(s.K / s.groups == 6 && isa != Isa::Scalar) << describe(s, {}) << " " << why;
+        EXPECT_NE(why.find("groups=3"), std::string::npos) << why;
+        EXPECT_THROW(kernels::conv_nchwc_default_knobs(s, isa), Error);
+        continue;
+      }
+      const ConvNchwcKnobs def = kernels::conv_nchwc_default_knobs(s, isa);
+      EXPECT_TRUE(kernels::conv_nchwc_group_blocks_fit(s, def.ic_bn, def.oc_bn)) << describe(s, def);
+      Options o;
+      o.hook = true;
+      o.residual = true;
+      o.act = Activation::Relu;
+      check(rng, s, def, isa, testing::kSerial, o);
+      check(rng, s, def, isa, three, o);
+      int n = 0;
+      for (const auto& k : kernels::conv_nchwc_candidate_knobs(s, isa)) {
+        EXPECT_TRUE(kernels::conv_nchwc_group_blocks_fit(s, k.ic_bn, k.oc_bn)) << describe(s, k);
+        if (k.reg_n != def.reg_n && k.reg_n != 1) continue;  // every block pair, two tile widths
+        Options p;
+        p.bias = n % 2 == 0;
+        check(rng, s, k, isa, n++ % 2 ? static_cast<const Parallel&>(testing::kTwo)
+                                      : static_cast<const Parallel&>(testing::kSerial),
+              p);
+      }
+    }
 }
 
 TEST(ConvNchwc, EveryCandidateIsCorrect) {
@@ -278,15 +332,26 @@ TEST(ConvNchwc, InvalidShapesAndKnobsThrow) {
     kernels::conv2d_nchwc(s, k, x, x, nullptr, nullptr, Activation::None, out.data(), serial, {},
                           isa);
   };
-  // Grouped, not depthwise: unsupported, with the reason.
+  // Grouped (4 input, 8 output channels per group): blocks that straddle groups are refused with
+  // the reason; whole groups per block and blocks inside a group are fine.
   const Conv2dShape grouped = shape(1, 16, 8, 8, 32, 3, 3, 1, 1, 1, 4);
-  std::string why;
-  EXPECT_FALSE(kernels::conv_nchwc_supported(grouped, &why));
-  EXPECT_NE(why.find("groups=4"), std::string::npos) << why;
-  EXPECT_THROW(run(grouped, k16, Isa::Scalar), Error);
-  EXPECT_THROW(kernels::conv_nchwc_default_knobs(grouped, Isa::Scalar), Error);
-  // Depthwise with a channel multiplier (K = 2C) is grouped too.
-  EXPECT_FALSE(kernels::conv_nchwc_supported(shape(1, 8, 8, 8, 16, 3, 3, 1, 1, 1, 8), nullptr));
+  EXPECT_TRUE(kernels::conv_nchwc_supported(grouped));
+  EXPECT_THROW(run(grouped, {16, 16, 8, true}, Isa::Scalar), Error);  // 16 lanes read 8 channels
+  EXPECT_FALSE(kernels::conv_nchwc_group_blocks_fit(grouped, 16, 16));
+  EXPECT_FALSE(kernels::conv_nchwc_group_blocks_fit(grouped, 4, 12));  // neither divides the other
+  EXPECT_TRUE(kernels::conv_nchwc_group_blocks_fit(grouped, 8, 16));
+  EXPECT_TRUE(kernels::conv_nchwc_group_blocks_fit(grouped, 4, 8));
+  EXPECT_TRUE(kernels::conv_nchwc_group_blocks_fit(grouped, 2, 4));  // a block inside one group
+  EXPECT_FALSE(kernels::conv_nchwc_group_blocks_fit(grouped, 8, 4));
+  EXPECT_DOUBLE_EQ(kernels::conv_nchwc_group_waste(grouped, 16), 2.0);
+  EXPECT_DOUBLE_EQ(kernels::conv_nchwc_group_waste(grouped, 8), 1.0);
+  try {
+    kernels::conv_nchwc_check(grouped, {16, 16, 8, true}, Isa::Scalar);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("groups=4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ic_bn=16"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(kernels::conv_nchwc_pack_weight(grouped, {16, 16, 8, true}, x, y), Error);
   // Invalid convolutions.
   EXPECT_THROW(kernels::conv_nchwc_supported(shape(1, 3, 4, 4, 4, 1, 1, 1, 0, 1, 2)), Error);
   EXPECT_THROW(run(shape(1, 2, 2, 2, 2, 5, 5, 1, 0), k16, Isa::Scalar), Error);

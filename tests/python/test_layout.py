@@ -274,3 +274,46 @@ def test_winograd_convs_match_eager(winograd, tmp_path):
     assert ("as Winograd                : 2 F(4x4, 3x3), 1 F(2x2, 3x3)" in rep) == winograd, rep
     with pytest.raises(ValueError, match="winograd"):
         dnnfusion.options.parse_options({"winograd": "yes"})
+
+
+class GroupedNet(nn.Module):
+    """Grouped convs as ResNeXt and RegNet have them, plus two that only the NCHW path takes on
+    AVX-512/AVX2: 4-channel groups (several whole groups per 16-lane block), 32-channel groups
+    (blocks inside one group, stride 2), a channel multiplier (groups = C, K = 2C), and 4 in / 6
+    out channels per group (no 8/16-lane block lies inside a group or holds whole ones)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 3, 1, 1), nn.ReLU())
+        self.block = nn.Sequential(nn.Conv2d(64, 128, 1, bias=False), nn.BatchNorm2d(128), nn.ReLU(),
+                                   nn.Conv2d(128, 128, 3, 1, 1, groups=32, bias=False), nn.BatchNorm2d(128),
+                                   nn.ReLU(), nn.Conv2d(128, 64, 1, bias=False), nn.BatchNorm2d(64))
+        self.wide = nn.Sequential(nn.Conv2d(64, 64, 3, 2, 1, groups=2), nn.ReLU6())
+        self.mult = nn.Conv2d(64, 128, 3, 1, 1, groups=64)
+        self.odd = nn.Conv2d(128, 192, 3, 1, 1, groups=32)
+
+    def forward(self, x):
+        x = self.stem(x)
+        x = torch.relu(self.block(x) + x)
+        return self.odd(torch.relu(self.mult(self.wide(x))))
+
+
+def test_grouped_convs_run_blocked_and_match_eager(tmp_path):
+    torch.manual_seed(0)
+    m = GroupedNet().eval()
+    with torch.no_grad():
+        for bn in (m.block[1], m.block[4], m.block[7]):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 3, 20, 18)
+    with torch.no_grad():
+        ref = m(x)
+    opts = {"tuning_db": str(tmp_path / "db.txt")}
+    vector = dnnfusion._C.isa() != "scalar"
+    for fusion in ("dnnfusion", "tvm", "none"):
+        y, regions = _run(m, x, dict(opts, fusion=fusion))
+        assert _close(y, ref), (fusion, (y - ref).abs().max())
+        # stem, the block's three, wide, mult; odd too where 6-channel groups fit a block (scalar).
+        assert sum(r["convs_blocked"] for r in regions) == (6 if vector else 7), fusion
+    y, regions = _run(m, x, dict(opts, layout=False))
+    assert _close(y, ref) and sum(r["convs_blocked"] for r in regions) == 0

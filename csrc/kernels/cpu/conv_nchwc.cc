@@ -28,6 +28,19 @@ int64_t padded(int64_t C, int64_t b) { return ceil_div(C, b) * b; }
 
 bool is_depthwise(const Conv2dShape& s) { return s.groups > 1 && s.groups == s.C && s.K == s.C; }
 
+bool is_grouped(const Conv2dShape& s) { return s.groups > 1 && !is_depthwise(s); }
+
+// A grouped conv's output block kb reads the input channels of the groups its lanes belong to:
+// [in_lo, in_lo + span) clipped to C, a whole number of input blocks (conv_nchwc_group_blocks_fit).
+struct GroupSpan {
+  int64_t span;  // input channels per output block (a multiple of ic_bn)
+  int64_t in_lo(int64_t kb, int64_t oc_bn, int64_t Kg, int64_t Cg) const { return kb * oc_bn / Kg * Cg; }
+};
+GroupSpan group_span(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups;
+  return {Kg % k.oc_bn == 0 ? Cg : k.oc_bn / Kg * Cg};
+}
+
 // 1x1 without padding: every tap is inside the image, so there are no tap loops and no borders.
 bool is_pointwise(const Conv2dShape& s) { return s.R == 1 && s.S == 1 && s.pad_h == 0 && s.pad_w == 0; }
 
@@ -158,14 +171,44 @@ void pad_nchwc(const float* x, const Conv2dShape& s, int64_t icb, float* y, cons
 
 }  // namespace
 
-bool conv_nchwc_supported(const Conv2dShape& s, std::string* why) {
+namespace {
+std::vector<int> isa_blocks(Isa isa) {
+  if (isa == Isa::Avx512) return {8, 16, 32, 64};
+  if (isa == Isa::Avx2) return {8, 16};
+  std::vector<int> all;
+  for (int b = 1; b <= kScalarMaxBlock; ++b) all.push_back(b);
+  return all;
+}
+}  // namespace
+
+bool conv_nchwc_supported(const Conv2dShape& s, std::string* why, Isa isa) {
   conv2d_check_shape(s);
-  if (s.groups == 1 || is_depthwise(s)) return true;
+  if (!is_grouped(s)) return true;
+  // ic_bn = 1 always divides what it must, so the output block decides.
+  for (int b : isa_blocks(isa))
+    if (conv_nchwc_group_blocks_fit(s, 1, b)) return true;
   if (why)
-    *why = detail::str_cat("conv_nchwc: groups=", s.groups, " (C=", s.C, ", K=", s.K,
-                           ") is neither a plain conv (groups == 1) nor depthwise (groups == C == K)"
+    *why = detail::str_cat("conv_nchwc: grouped conv with groups=", s.groups, " (", s.C / s.groups, " input, ",
+                           s.K / s.groups, " output channels per group): no ", isa_name(isa),
+                           " output block (8, 16, 32 or 64 lanes) lies inside one group or holds whole groups"
                            "; use conv2d_nchw");
   return false;
+}
+
+bool conv_nchwc_group_blocks_fit(const Conv2dShape& s, int ic_bn, int oc_bn) {
+  if (ic_bn < 1 || oc_bn < 1) return false;
+  if (s.groups == 1) return true;
+  if (is_depthwise(s)) return ic_bn == oc_bn;
+  const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups;
+  if (Kg % oc_bn == 0) return Cg % ic_bn == 0;               // a block inside one group
+  if (oc_bn % Kg == 0) return (oc_bn / Kg * Cg) % ic_bn == 0;  // whole groups per block
+  return false;
+}
+
+double conv_nchwc_group_waste(const Conv2dShape& s, int oc_bn) {
+  if (!is_grouped(s)) return 1.0;
+  const int64_t Kg = s.K / s.groups;
+  return Kg % oc_bn == 0 ? 1.0 : static_cast<double>(oc_bn) / static_cast<double>(Kg);
 }
 
 int conv_nchwc_max_reg_n(Isa isa, int oc_bn) {
@@ -189,7 +232,7 @@ int conv_nchwc_max_reg_n(Isa isa, int oc_bn) {
 
 void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
   std::string why;
-  if (!conv_nchwc_supported(s, &why)) DNNF_THROW(why);
+  if (!conv_nchwc_supported(s, &why, isa)) DNNF_THROW(why);
   const char* allowed = isa == Isa::Avx512 ? "8, 16, 32 or 64"
                         : isa == Isa::Avx2 ? "8 or 16"
                                            : "1..64";
@@ -211,13 +254,44 @@ void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
   if (is_depthwise(s) && k.ic_bn != k.oc_bn)
     DNNF_THROW("conv_nchwc: depthwise conv needs ic_bn == oc_bn (got ic_bn=", k.ic_bn,
                ", oc_bn=", k.oc_bn, ")");
+  if (!conv_nchwc_group_blocks_fit(s, k.ic_bn, k.oc_bn))
+    DNNF_THROW("conv_nchwc: grouped conv (groups=", s.groups, ", ", s.C / s.groups, " input and ", s.K / s.groups,
+               " output channels per group) needs oc_bn to divide the output channels per group with ic_bn dividing "
+               "the input channels per group, or oc_bn a multiple of the output channels per group with ic_bn "
+               "dividing the input channels of the groups one output block spans (got ic_bn=",
+               k.ic_bn, ", oc_bn=", k.oc_bn, ")");
 }
 
 ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
   std::string why;
-  if (!conv_nchwc_supported(s, &why)) DNNF_THROW(why);
+  if (!conv_nchwc_supported(s, &why, isa)) DNNF_THROW(why);
   ConvNchwcKnobs k;
   const bool dw = is_depthwise(s);
+  if (is_grouped(s)) {
+    // ic_bn == oc_bn (the neighbours' block, no re-blocking) where the groups allow it. Cost per
+    // useful FMA: the lanes wasted on other groups' channels (conv_nchwc_group_waste), doubled
+    // for half-width 8-lane blocks on AVX-512; ties go to the wider block (more FMAs per
+    // broadcast).
+    // Padded lanes count as waste too.
+    std::vector<int> blocks = isa == Isa::Avx512 ? std::vector<int>{64, 32, 16, 8}
+                              : isa == Isa::Avx2 ? std::vector<int>{16, 8}
+                                                 : std::vector<int>{32, 16, 8, 4, 2, 1};
+    double best = 0;
+    for (int b : blocks) {
+      if (!conv_nchwc_group_blocks_fit(s, 1, b)) continue;
+      int ic = b;  // else the widest smaller input block that fits (1 always does)
+      while (!conv_nchwc_group_blocks_fit(s, ic, b)) ic /= 2;
+      const double cost = conv_nchwc_group_waste(s, b) * (isa == Isa::Avx512 && b == 8 ? 2.0 : 1.0) *
+                          static_cast<double>(padded(s.K, b)) / static_cast<double>(s.K);
+      if (best == 0 || cost < best - 1e-9) best = cost, k.ic_bn = ic, k.oc_bn = b;
+    }
+    DNNF_CHECK(best > 0, "conv_nchwc_default_knobs: no block for groups=", s.groups);  // supported() said one fits
+    const int max_rn = conv_nchwc_max_reg_n(isa, k.oc_bn);
+    k.reg_n = isa == Isa::Avx512 ? (k.oc_bn >= 32 ? 7 : 14) : std::min(max_rn, isa == Isa::Avx2 ? (k.oc_bn == 16 ? 6 : 12) : 8);
+    k.reg_n = std::min(k.reg_n, max_rn);
+    k.unroll_ker = true;
+    return k;
+  }
   if (isa == Isa::Avx2 && s.K > 8) {
     // Two ymm per position x 6 positions (12 accumulators): one broadcast per two FMAs; one ymm x
     // 12 positions needs a broadcast per FMA and measured ~35% slower on ResNet-50.
@@ -292,12 +366,14 @@ std::vector<ConvNchwcKnobs> conv_nchwc_candidate_knobs(const Conv2dShape& s, Isa
       if (r <= max_rn) rns.push_back(r);
     if (OW <= max_rn) rns.push_back(static_cast<int>(OW));
     std::vector<int> ics = is_depthwise(s) ? std::vector<int>{ocb} : ic_all;
-    for (int icb : ics)
+    for (int icb : ics) {
+      if (!conv_nchwc_group_blocks_fit(s, icb, ocb)) continue;
       for (int rn : rns)
         for (bool unroll : {true, false}) {
           if (is_pointwise(s) && !unroll) continue;  // no kw loop to unroll
           add({icb, ocb, rn, unroll});
         }
+    }
   }
   return out;
 }
@@ -311,13 +387,14 @@ int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKno
   if (k.winograd) return conv_winograd_packed_weight_floats(s, k);
   const int64_t Kb = ceil_div(s.K, k.oc_bn);
   if (is_depthwise(s)) return Kb * s.R * s.S * k.oc_bn;
+  if (is_grouped(s)) return Kb * (group_span(s, k).span / k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
   return Kb * ceil_div(s.C, k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
 }
 
 void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs,
                             float* out) {
   std::string why;
-  if (!conv_nchwc_supported(s, &why)) DNNF_THROW(why);
+  if (!conv_nchwc_supported(s, &why, Isa::Scalar)) DNNF_THROW(why);  // packing fits any ISA's blocks
   DNNF_CHECK(k.ic_bn >= 1 && k.oc_bn >= 1, "conv_nchwc_pack_weight: blocks must be positive (ic_bn=",
              k.ic_bn, " oc_bn=", k.oc_bn, ")");
   DNNF_CHECK(w_kcrs != nullptr && out != nullptr, "conv_nchwc_pack_weight: null pointer");
@@ -328,6 +405,22 @@ void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const
     for (int64_t kk = 0; kk < s.K; ++kk)
       for (int64_t rs = 0; rs < RS; ++rs)
         out[((kk / ocb) * RS + rs) * ocb + kk % ocb] = w_kcrs[kk * RS + rs];
+    return;
+  }
+  if (is_grouped(s)) {
+    DNNF_CHECK(conv_nchwc_group_blocks_fit(s, k.ic_bn, k.oc_bn), "conv_nchwc_pack_weight: blocks ic_bn=", k.ic_bn,
+               " oc_bn=", k.oc_bn, " do not fit groups=", s.groups);
+    // Per output block, the input channels of its groups; entries across groups stay zero.
+    const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups, nspan = group_span(s, k).span / icb;
+    const GroupSpan gs = group_span(s, k);
+    for (int64_t kk = 0; kk < s.K; ++kk) {
+      const int64_t kb = kk / ocb, lo = gs.in_lo(kb, ocb, Kg, Cg), g = kk / Kg;
+      for (int64_t cg = 0; cg < Cg; ++cg) {
+        const int64_t c = g * Cg + cg - lo;  // within the block's span
+        for (int64_t rs = 0; rs < RS; ++rs)
+          out[(((kb * nspan + c / icb) * RS + rs) * icb + c % icb) * ocb + kk % ocb] = w_kcrs[(kk * Cg + cg) * RS + rs];
+      }
+    }
     return;
   }
   const int64_t Cb = ceil_div(s.C, icb);
@@ -448,6 +541,11 @@ ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const
       packed_w_(packed_w), act_(act) {
   const int64_t W = s.W, S = s.S;
   Cb_ = dw_ ? ceil_div(s.C, ocb_) : ceil_div(s.C, icb_);
+  if (is_grouped(s)) {
+    // A grouped conv is a plain one per output block over only its groups' input blocks.
+    group_span_ = group_span(s, k).span;
+    Cb_ = group_span_ / icb_;
+  }
   Kb_ = ceil_div(s.K, ocb_);
   xb_ = dw_ ? ocb_ : icb_;
   w_blk_ = dw_ ? s.R * S * ocb_ : Cb_ * s.R * S * icb_ * ocb_;
@@ -469,7 +567,7 @@ ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const
   // consecutive floats, in the weights' order too, so the kw and ic loops run as one loop of S*C
   // steps instead of S loops of C (cache-hot, 2 threads: 3 -> 16 3x3/2 at 224 55 -> 49 us,
   // 3 -> 64 3x3 at 224 584 -> 560 us, the 7x7/2 ResNet stem within noise).
-  merge_kw_ = !dw_ && !flat_ && Cb_ == 1 && icb_ == s.C && s.dil_w == 1 && S > 1;
+  merge_kw_ = !dw_ && !group_span_ && !flat_ && Cb_ == 1 && icb_ == s.C && s.dil_w == 1 && S > 1;
 }
 
 void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
@@ -493,8 +591,17 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
   t.w_cb = R * S * icb * ocb;
   t.w_kh = S * (dw ? ocb : icb * ocb);
   // merge_kw_: one loop of S*C channel steps per kernel row instead of S loops of C.
-  const int64_t n_kw = merge_kw_ ? 1 : S, ic_last = merge_kw_ ? S * icb : dw ? icb : s.C - (Cb_ - 1) * icb;
+  const int64_t n_kw = merge_kw_ ? 1 : S;
+  int64_t ic_last = merge_kw_ ? S * icb : dw ? icb : s.C - (Cb_ - 1) * icb;
   t.n_cb = dw ? 1 : Cb_;
+  if (group_span_) {
+    // Only this block's groups: their input blocks, the last one clipped at C.
+    const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups, lo = kb * ocb / Kg * Cg;
+    const int64_t n_in = std::min(group_span_, s.C - lo);
+    t.n_cb = ceil_div(n_in, icb);
+    ic_last = n_in - (t.n_cb - 1) * icb;
+    xn += (lo / icb) * x_cb;
+  }
   t.n_kh = n_kh;
   t.n_kw = n_kw;
   t.ic_bn = icb;

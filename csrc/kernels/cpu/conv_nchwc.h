@@ -7,7 +7,8 @@
 //     in every tensor this family writes (before the epilogue hook); the convolutions never read
 //     them from their input, so an input's padded lanes may hold anything (NaN included).
 //   packed weights (conv_nchwc_pack_weight): KCRS[ic_bn]c[oc_bn]k =
-//     [Kb][Cb][R][S][ic_bn][oc_bn], zero at padded channels; depthwise [Kb][R][S][oc_bn].
+//     [Kb][Cb][R][S][ic_bn][oc_bn], zero at padded channels; depthwise [Kb][R][S][oc_bn]; grouped
+//     [Kb][span/ic_bn][R][S][ic_bn][oc_bn] over the input channels of block kb's groups.
 // Kernel: for each (n, oc block, output row) the row is cut into tiles of at most reg_n positions
 // (balanced sizes); a tile keeps reg_n x oc_bn accumulators in registers and, per input channel,
 // loads one oc_bn-wide weight vector and broadcast-FMAs it with reg_n inputs. Loop order: oc block,
@@ -19,8 +20,9 @@
 // position is a one-position tile over only the taps inside the image.
 // Variants: general (groups == 1: any kernel, stride, padding, dilation); 1x1 (no tap loops; with
 // stride 1 and no padding the whole output plane is one run of positions, so tiles span rows);
-// depthwise (groups == C == K: ic_bn == oc_bn, one vector FMA per tap and position). Other grouped
-// convs are not supported (conv_nchwc_supported says why; use conv2d_nchw).
+// depthwise (groups == C == K: ic_bn == oc_bn, one vector FMA per tap and position); grouped (any
+// other groups: each output block is a general conv over its groups' input blocks, with weights
+// zero across groups; see conv_nchwc_group_blocks_fit).
 // ISA: AVX-512 (oc_bn 8/16/32/64), AVX2+FMA (oc_bn 8/16) or scalar (oc_bn 1..64), chosen at run time
 // from cpu_features (active_isa(), which tests and DNNFUSION_ISA can force). Knobs are ISA-specific
 // (register budget); packed weights depend only on the knobs.
@@ -52,9 +54,23 @@ struct ConvNchwcKnobs {
   }
 };
 
-// True for groups == 1 and depthwise (groups == C == K); otherwise false with the reason in *why.
-// Throws dnnfusion::Error if s is not a valid convolution at all.
-bool conv_nchwc_supported(const Conv2dShape& s, std::string* why = nullptr);
+// True for plain and depthwise convs, and for grouped ones where one of the ISA's output blocks
+// lies inside a group or holds whole groups (conv_nchwc_group_blocks_fit; the scalar path's 1..64
+// lanes always do); otherwise false with the reason in *why. Throws dnnfusion::Error if s is not
+// a valid convolution at all.
+bool conv_nchwc_supported(const Conv2dShape& s, std::string* why = nullptr, Isa isa = active_isa());
+
+// Whether the channel blocks suit the conv's groups. Always for groups == 1; depthwise needs
+// ic_bn == oc_bn. A grouped conv (Cg = C/groups input and Kg = K/groups output channels per group)
+// runs each output block as a plain conv over only the input blocks of its groups, so either an
+// output block lies inside one group (oc_bn divides Kg) and ic_bn divides Cg, or it holds whole
+// groups (Kg divides oc_bn) and ic_bn divides the oc_bn/Kg*Cg input channels they read. The packed
+// weights are zero across groups, so a block of whole groups computes oc_bn/Kg times the FMAs
+// it needs (conv_nchwc_group_waste): 4-channel groups in 16-lane blocks run at a quarter of the
+// direct kernel's useful rate, still several times the NCHW fallback's (benchmarks/RESULTS.md).
+bool conv_nchwc_group_blocks_fit(const Conv2dShape& s, int ic_bn, int oc_bn);
+// FMAs computed per FMA needed for a grouped conv with output block oc_bn (1 otherwise).
+double conv_nchwc_group_waste(const Conv2dShape& s, int oc_bn);
 
 // Largest reg_n the ISA's tiles have for this oc_bn (0: oc_bn not available on that ISA).
 int conv_nchwc_max_reg_n(Isa isa, int oc_bn);

@@ -20,7 +20,8 @@ class ConvRows {
   // Computes output positions [p_begin, p_end) of output row `row` of output block kb (flat 1x1
   // convs: positions of the whole plane, row 0) into y_run (which holds position p_begin), then
   // zeroes the padded lanes of the last block. No epilogue: the caller runs it.
-  // xn: this image's input (depthwise: block kb's channel plane) with image row x_row0 at xn; a
+  // xn: this image's input (depthwise: block kb's channel plane; grouped: the whole image, run
+  // moves to block kb's groups) with image row x_row0 at xn; a
   // broadcast conv's channel blocks are H*W positions apart. Only the rows the taps of `row` reach
   // inside the image are read. res_run: the residual at y_run's positions, or null. item: this
   // run's share of weights to prefetch into L2 while it computes, or null. stage: per-thread
@@ -35,6 +36,7 @@ class ConvRows {
   bool dw_, flat_, merge_kw_ = false;
   int64_t icb_, ocb_, rn_max_, Cb_ = 0, Kb_ = 0, xb_ = 0, w_blk_ = 0, k_tail_ = 0;
   int64_t edge_lo_ = 0, edge_hi_ = 0, stage_floats_ = 0;
+  int64_t group_span_ = 0;  // grouped (not depthwise) convs: input channels per output block
   const float* packed_w_;
   Activation act_;
   std::vector<float> bias_pad_;
