@@ -1,7 +1,5 @@
 #include "layout/choose_conv_schemes.h"
 
-#include "kernels/cpu/conv_winograd.h"
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -385,23 +383,18 @@ ConvSchemeFn ConvSchemes::fn() const {
     // Heuristic schemes follow the producer's block, so conv chains never re-block. A depthwise
     // conv (ic_bn = oc_bn) takes the block for its output too: mobilenet_v2 re-blocked 32 -> 16
     // before each of its 15 depthwise layers otherwise, and the tuner prefers 32 there anyway.
-    if (adaptive.count(n.id) && input_block > 0 && input_block != sc.ic_bn) {
-      const int64_t C = g.value(n.inputs[0]).shape[1];
-      const auto conv = blockable_conv(g, n);
-      const bool dw = conv && depthwise(*conv), grp = conv && grouped(*conv);
-      if (block_fits(C, input_block) && !dw && !grp) {
-        sc.ic_bn = input_block;
-      } else if (grp && block_fits(C, input_block) &&
-                 kernels::conv_nchwc_group_blocks_fit(*conv, input_block, sc.oc_bn)) {
-        sc.ic_bn = input_block;  // grouped: the producer's block when the groups allow it
-      } else if (dw && block_fits(C, input_block)) {
+    const auto conv = blockable_conv(g, n);
+    if (conv && adaptive.count(n.id) && input_block > 0 && input_block != sc.ic_bn && block_fits(conv->C, input_block)) {
+      if (!depthwise(*conv)) {
+        // Grouped convs only where the groups allow the block (always for groups == 1).
+        if (kernels::conv_nchwc_group_blocks_fit(*conv, input_block, sc.oc_bn)) sc.ic_bn = input_block;
+      } else {
         const auto isa = kernels::active_isa();
-        const auto shape = blockable_conv(g, n);
         const auto blocks = oc_blocks(isa);
-        if (shape && std::find(blocks.begin(), blocks.end(), input_block) != blocks.end()) {
-          ConvNchwcKnobs k = heuristic_knobs(*shape, input_block, input_block, isa);
+        if (std::find(blocks.begin(), blocks.end(), input_block) != blocks.end()) {
+          ConvNchwcKnobs k = heuristic_knobs(*conv, input_block, input_block, isa);
           try {
-            kernels::conv_nchwc_check(*shape, k, isa);
+            kernels::conv_nchwc_check(*conv, k, isa);
             sc = ConvScheme{k.ic_bn, k.oc_bn, k.reg_n, k.unroll_ker};
           } catch (const std::exception&) {
             // keep the scheme chosen for this conv alone: the kernel cannot take that block
@@ -411,9 +404,8 @@ ConvSchemeFn ConvSchemes::fn() const {
     }
     // Decided last, on the final blocks and the real input size (the tuned times are the direct
     // algorithm's; Winograd's gain is large enough that the heuristic decides it).
-    if (winograd)
-      if (const auto shape = blockable_conv(g, n))
-        sc.winograd = kernels::conv_winograd_tile(*shape, {sc.ic_bn, sc.oc_bn, sc.reg_n, sc.unroll_ker});
+    if (winograd && conv)
+      sc.winograd = kernels::conv_winograd_tile(*conv, {sc.ic_bn, sc.oc_bn, sc.reg_n, sc.unroll_ker});
     return sc;
   };
 }

@@ -31,14 +31,14 @@ bool is_depthwise(const Conv2dShape& s) { return s.groups > 1 && s.groups == s.C
 bool is_grouped(const Conv2dShape& s) { return s.groups > 1 && !is_depthwise(s); }
 
 // A grouped conv's output block kb reads the input channels of the groups its lanes belong to:
-// [in_lo, in_lo + span) clipped to C, a whole number of input blocks (conv_nchwc_group_blocks_fit).
-struct GroupSpan {
-  int64_t span;  // input channels per output block (a multiple of ic_bn)
-  int64_t in_lo(int64_t kb, int64_t oc_bn, int64_t Kg, int64_t Cg) const { return kb * oc_bn / Kg * Cg; }
-};
-GroupSpan group_span(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+// [group_in_lo, group_in_lo + group_span) clipped to C, whole input blocks when
+// conv_nchwc_group_blocks_fit holds.
+int64_t group_span(const Conv2dShape& s, int64_t oc_bn) {
   const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups;
-  return {Kg % k.oc_bn == 0 ? Cg : k.oc_bn / Kg * Cg};
+  return Kg % oc_bn == 0 ? Cg : oc_bn / Kg * Cg;
+}
+int64_t group_in_lo(const Conv2dShape& s, int64_t oc_bn, int64_t kb) {
+  return kb * oc_bn / (s.K / s.groups) * (s.C / s.groups);
 }
 
 // 1x1 without padding: every tap is inside the image, so there are no tap loops and no borders.
@@ -269,15 +269,13 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
   const bool dw = is_depthwise(s);
   if (is_grouped(s)) {
     // ic_bn == oc_bn (the neighbours' block, no re-blocking) where the groups allow it. Cost per
-    // useful FMA: the lanes wasted on other groups' channels (conv_nchwc_group_waste), doubled
-    // for half-width 8-lane blocks on AVX-512; ties go to the wider block (more FMAs per
-    // broadcast).
-    // Padded lanes count as waste too.
-    std::vector<int> blocks = isa == Isa::Avx512 ? std::vector<int>{64, 32, 16, 8}
-                              : isa == Isa::Avx2 ? std::vector<int>{16, 8}
-                                                 : std::vector<int>{32, 16, 8, 4, 2, 1};
+    // useful FMA: the lanes wasted on other groups' channels (conv_nchwc_group_waste) and on
+    // padding, doubled for half-width 8-lane blocks on AVX-512; ties go to the wider block (more
+    // FMAs per broadcast).
+    const std::vector<int> blocks = isa_blocks(isa);
     double best = 0;
-    for (int b : blocks) {
+    for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+      const int b = *it;
       if (!conv_nchwc_group_blocks_fit(s, 1, b)) continue;
       int ic = b;  // else the widest smaller input block that fits (1 always does)
       while (!conv_nchwc_group_blocks_fit(s, ic, b)) ic /= 2;
@@ -286,9 +284,9 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
       if (best == 0 || cost < best - 1e-9) best = cost, k.ic_bn = ic, k.oc_bn = b;
     }
     DNNF_CHECK(best > 0, "conv_nchwc_default_knobs: no block for groups=", s.groups);  // supported() said one fits
-    const int max_rn = conv_nchwc_max_reg_n(isa, k.oc_bn);
-    k.reg_n = isa == Isa::Avx512 ? (k.oc_bn >= 32 ? 7 : 14) : std::min(max_rn, isa == Isa::Avx2 ? (k.oc_bn == 16 ? 6 : 12) : 8);
-    k.reg_n = std::min(k.reg_n, max_rn);
+    // The tile widths the plain convs below use for these blocks.
+    const int rn = isa == Isa::Avx512 ? (k.oc_bn >= 32 ? 7 : 14) : isa == Isa::Avx2 ? (k.oc_bn == 16 ? 6 : 12) : 8;
+    k.reg_n = std::min(rn, conv_nchwc_max_reg_n(isa, k.oc_bn));
     k.unroll_ker = true;
     return k;
   }
@@ -387,7 +385,7 @@ int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKno
   if (k.winograd) return conv_winograd_packed_weight_floats(s, k);
   const int64_t Kb = ceil_div(s.K, k.oc_bn);
   if (is_depthwise(s)) return Kb * s.R * s.S * k.oc_bn;
-  if (is_grouped(s)) return Kb * (group_span(s, k).span / k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
+  if (is_grouped(s)) return Kb * (group_span(s, k.oc_bn) / k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
   return Kb * ceil_div(s.C, k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
 }
 
@@ -411,12 +409,11 @@ void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const
     DNNF_CHECK(conv_nchwc_group_blocks_fit(s, k.ic_bn, k.oc_bn), "conv_nchwc_pack_weight: blocks ic_bn=", k.ic_bn,
                " oc_bn=", k.oc_bn, " do not fit groups=", s.groups);
     // Per output block, the input channels of its groups; entries across groups stay zero.
-    const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups, nspan = group_span(s, k).span / icb;
-    const GroupSpan gs = group_span(s, k);
+    const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups, nspan = group_span(s, ocb) / icb;
     for (int64_t kk = 0; kk < s.K; ++kk) {
-      const int64_t kb = kk / ocb, lo = gs.in_lo(kb, ocb, Kg, Cg), g = kk / Kg;
+      const int64_t kb = kk / ocb, base = kk / Kg * Cg - group_in_lo(s, ocb, kb);  // kk's group, in kb's span
       for (int64_t cg = 0; cg < Cg; ++cg) {
-        const int64_t c = g * Cg + cg - lo;  // within the block's span
+        const int64_t c = base + cg;
         for (int64_t rs = 0; rs < RS; ++rs)
           out[(((kb * nspan + c / icb) * RS + rs) * icb + c % icb) * ocb + kk % ocb] = w_kcrs[(kk * Cg + cg) * RS + rs];
       }
@@ -543,7 +540,7 @@ ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const
   Cb_ = dw_ ? ceil_div(s.C, ocb_) : ceil_div(s.C, icb_);
   if (is_grouped(s)) {
     // A grouped conv is a plain one per output block over only its groups' input blocks.
-    group_span_ = group_span(s, k).span;
+    group_span_ = group_span(s, k.oc_bn);
     Cb_ = group_span_ / icb_;
   }
   Kb_ = ceil_div(s.K, ocb_);
@@ -596,7 +593,7 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
   t.n_cb = dw ? 1 : Cb_;
   if (group_span_) {
     // Only this block's groups: their input blocks, the last one clipped at C.
-    const int64_t Cg = s.C / s.groups, Kg = s.K / s.groups, lo = kb * ocb / Kg * Cg;
+    const int64_t lo = group_in_lo(s, ocb, kb);
     const int64_t n_in = std::min(group_span_, s.C - lo);
     t.n_cb = ceil_div(n_in, icb);
     ic_last = n_in - (t.n_cb - 1) * icb;
