@@ -435,7 +435,7 @@ void winograd_section(dnnfusion::runtime::ThreadPool& pool, std::mt19937_64& rng
       t[i] = b.time_nchwc(k, &e[i]);
       e[i] /= mag;
     }
-    const int pick = dnnfusion::kernels::conv_winograd_tile(L.s, k);
+    const int pick = dnnfusion::kernels::conv_winograd_tile(L.s);
     std::printf("%-24s %8.1f | %8.1f%s %8.1e | %8.1f%s %5.2fx %8.1e | %8.1f%s %5.2fx %8.1e\n", L.name, b.flops * 1e-6,
                 t[0] * 1e6, pick == 0 ? "*" : " ", e[0], t[1] * 1e6, pick == 2 ? "*" : " ", t[0] / t[1], e[1],
                 t[2] * 1e6, pick == 4 ? "*" : " ", t[0] / t[2], e[2]);

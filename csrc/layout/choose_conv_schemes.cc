@@ -405,7 +405,7 @@ ConvSchemeFn ConvSchemes::fn() const {
     // Decided last, on the final blocks and the real input size (the tuned times are the direct
     // algorithm's; Winograd's gain is large enough that the heuristic decides it).
     if (winograd && conv)
-      sc.winograd = kernels::conv_winograd_tile(*conv, {sc.ic_bn, sc.oc_bn, sc.reg_n, sc.unroll_ker});
+      sc.winograd = kernels::conv_winograd_tile(*conv);
     return sc;
   };
 }

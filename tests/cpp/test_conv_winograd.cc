@@ -162,15 +162,14 @@ TEST(ConvWinograd, InvalidUsesThrowNamingTheProblem) {
 }
 
 TEST(ConvWinograd, TileChoice) {
-  const ConvNchwcKnobs k = wino(16, 16);
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 3, 3, 2, 1), k), 0);   // stride 2
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 1, 1, 1, 0), k), 0);   // 1x1
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 3, 224, 224, 64, 3, 3, 1, 1), k), 0);  // RGB input
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 128, 7, 7, 32, 3, 3, 1, 1), k), 0);    // 3.6 MFLOP
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 3, 3, 1, 1), k), 4);   // 196 4x4 tiles
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 256, 14, 14, 256, 3, 3, 1, 1), k), 2); // 16 4x4 tiles
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 512, 7, 7, 512, 3, 3, 1, 1), k), 2);
-  EXPECT_EQ(kernels::conv_winograd_tile(shape(8, 512, 7, 7, 512, 3, 3, 1, 1), k), 4);   // 32 4x4 tiles
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 3, 3, 2, 1)), 0);   // stride 2
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 1, 1, 1, 0)), 0);   // 1x1
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 3, 224, 224, 64, 3, 3, 1, 1)), 0);  // RGB input
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 128, 7, 7, 32, 3, 3, 1, 1)), 0);    // 3.6 MFLOP
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 64, 56, 56, 64, 3, 3, 1, 1)), 4);   // 196 4x4 tiles
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 256, 14, 14, 256, 3, 3, 1, 1)), 2); // 16 4x4 tiles
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(1, 512, 7, 7, 512, 3, 3, 1, 1)), 2);
+  EXPECT_EQ(kernels::conv_winograd_tile(shape(8, 512, 7, 7, 512, 3, 3, 1, 1)), 4);   // 32 4x4 tiles
 }
 
 }  // namespace

@@ -247,10 +247,7 @@ void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
     DNNF_THROW("conv_nchwc: ic_bn=", k.ic_bn, " must be in [1, ", kMaxIcBn, "]");
   if (k.winograd != 0 && k.winograd != 2 && k.winograd != 4)
     DNNF_THROW("conv_nchwc: winograd=", k.winograd, " must be 0 (direct), 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3))");
-  if (k.winograd && !conv_winograd_fits(s))
-    DNNF_THROW("conv_nchwc: winograd needs groups=1, a 3x3 kernel, stride 1 and dilation 1 (got groups=", s.groups,
-               ", ", s.R, "x", s.S, ", stride ", s.stride_h, "x", s.stride_w, ", dilation ", s.dil_h, "x", s.dil_w,
-               ")");
+  if (k.winograd) conv_winograd_require_fits(s, "conv_nchwc");
   if (is_depthwise(s) && k.ic_bn != k.oc_bn)
     DNNF_THROW("conv_nchwc: depthwise conv needs ic_bn == oc_bn (got ic_bn=", k.ic_bn,
                ", oc_bn=", k.oc_bn, ")");

@@ -1,4 +1,4 @@
-// Winograd F(2x2, 3x3) on NCHW[x]c: weight transform and packing, the choice heuristic, the driver
+// Winograd F(2x2, 3x3) / F(4x4, 3x3) on NCHW[x]c: weight transform and packing, the choice heuristic, the driver
 // (chunked or three-phase work split, GEMMs through the direct convolution's 1x1 tiles, epilogue
 // hook) and the baseline build of the transforms. See conv_winograd.h for the contract.
 #include "kernels/cpu/conv_winograd.h"
@@ -144,13 +144,18 @@ bool conv_winograd_fits(const Conv2dShape& s) {
          s.dil_w == 1;
 }
 
-int conv_winograd_tile(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+void conv_winograd_require_fits(const Conv2dShape& s, const char* who) {
+  if (!conv_winograd_fits(s))
+    DNNF_THROW(who, ": winograd needs groups=1, a 3x3 kernel, stride 1 and dilation 1 (got groups=", s.groups, ", ",
+               s.R, "x", s.S, ", stride ", s.stride_h, "x", s.stride_w, ", dilation ", s.dil_h, "x", s.dil_w, ")");
+}
+
+int conv_winograd_tile(const Conv2dShape& s) {
   // Measured against the direct kernel with the same blocks (2 threads, Xeon, AVX-512; the
   // numbers in benchmarks/results/conv_winograd_*.txt). Below ~8 MFLOP the three passes and their
   // scratch cost more than the multiplies saved (128 -> 32 @ 7x7, 3.6 MFLOP: F2 0.88x; 32 @ 4x4:
   // 0.59x), and a narrow input (the RGB image) has too few channels to amortize its transform.
   if (!conv_winograd_fits(s) || s.C < 16 || s.K < 16) return 0;
-  (void)k;
   const double flops = 2.0 * s.N * s.K * s.C * 9 * s.OH() * s.OW();
   if (flops < 8e6) return 0;
   // F(4x4) does 1.78x fewer multiplies than F(2x2) but needs 2.25x the transformed weights and
@@ -168,9 +173,7 @@ int64_t conv_winograd_packed_weight_floats(const Conv2dShape& s, const ConvNchwc
 }
 
 void conv_winograd_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* w_kcrs, float* out) {
-  DNNF_CHECK(conv_winograd_fits(s), "conv_winograd: needs groups=1, a 3x3 kernel, stride 1 and dilation 1 (got groups=",
-             s.groups, ", ", s.R, "x", s.S, ", stride ", s.stride_h, "x", s.stride_w, ", dilation ", s.dil_h, "x",
-             s.dil_w, ")");
+  conv_winograd_require_fits(s, "conv_winograd_pack_weight");
   DNNF_CHECK(k.ic_bn >= 1 && k.oc_bn >= 1, "conv_winograd_pack_weight: blocks must be positive (ic_bn=", k.ic_bn,
              " oc_bn=", k.oc_bn, ")");
   DNNF_CHECK(w_kcrs != nullptr && out != nullptr, "conv_winograd_pack_weight: null pointer");
@@ -201,7 +204,7 @@ void conv_winograd_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, co
 void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x, const float* packed_w,
                            const float* bias, const float* residual, Activation act, float* y, const Parallel& par,
                            ElementHook epilogue, Isa isa) {
-  DNNF_CHECK(conv_winograd_fits(s), "conv2d_winograd_nchwc: needs groups=1, a 3x3 kernel, stride 1 and dilation 1");
+  conv_winograd_require_fits(s, "conv2d_winograd_nchwc");
   check_tile(k.winograd);
   ConvNchwcKnobs direct = k;
   direct.winograd = 0;
