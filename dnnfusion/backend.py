@@ -12,6 +12,7 @@ import warnings
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
 
+from . import _C
 from .options import parse_options
 from .report import GraphReport, publish
 
@@ -64,9 +65,9 @@ def _compile_static(gm, example_inputs, opts, report):
         with unset_fake_temporarily():
             try:
                 return lower(aot_gm, frozen, opts, report)
+            except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix
+                raise
             except Exception as e:  # never fail the user's model: run this graph eagerly
-                if "no C++ compiler" in str(e):  # except for a set-up problem the user must fix
-                    raise
                 _warn_once(("lower", type(e).__name__), f"dnnfusion: lowering failed ({type(e).__name__}: {e}); running eagerly")
                 report.notes.append(f"lowering failed, graph runs eagerly: {type(e).__name__}: {e}")
                 report.ops_core.clear()
@@ -92,9 +93,9 @@ def _compile_pruned(gm, example_inputs, opts, report):
     try:
         pg = prune_graph(gm, example_inputs, _static_indices(gm), opts.prune)
         compiled = _compile_static(pg.gm, pg.inputs, opts, report)
+    except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix
+        raise
     except Exception as e:
-        if "no C++ compiler" in str(e):  # a set-up problem the user must fix
-            raise
         _warn_once(("prune", type(e).__name__), f"dnnfusion: prune={opts.prune} not applied ({e}); compiling unpruned")
         report.notes.append(f"prune={opts.prune} not applied, compiled unpruned: {e}")
         report.prune = None
@@ -161,11 +162,21 @@ class _PerShapeCompiled:
         return fn(*args)
 
 
+def _require_available(target):
+    """A registered target this machine cannot run is an error at compile time, naming what is missing."""
+    from .targets import info
+
+    why = info(target)["unavailable_reason"]
+    if why:
+        raise _C.TargetUnavailable(f"dnnfusion: target {target!r} cannot run on this machine: {why}")
+
+
 def dnnfusion_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **kwargs):
     """torch.compile backend entry point (registered as "dnnfusion")."""
     if kwargs:
         raise ValueError(f"dnnfusion: unexpected backend arguments {sorted(kwargs)}; pass settings as options={{...}}")
     opts = parse_options(options)
+    _require_available(opts.target)
     report = GraphReport()
     if torch.is_grad_enabled():
         _warn_once(

@@ -74,42 +74,42 @@ class ExplainReport:
     # ---- fusion (DNNFusion Table 5 quantities) ----
     @property
     def ops_imported(self):
-        return sum(r.get("ops_imported", 0) for r in self.regions)
+        return sum(r.ops_imported for r in self.regions)
 
     @property
     def ops_after_rewrite(self):
-        return sum(r.get("ops_after_rewrite", 0) for r in self.regions)
+        return sum(r.ops_after_rewrite for r in self.regions)
 
     @property
     def rules_applied(self):
         c = collections.Counter()
         for r in self.regions:
-            c.update(r.get("rules_applied", {}))
+            c.update(r.rules_applied)
         return c
 
     @property
     def irs_bytes(self):
         """Bytes of intermediate results written to memory per call (all regions)."""
-        return sum(r.get("irs_bytes", 0) for r in self.regions)
+        return sum(r.irs_bytes for r in self.regions)
 
     @property
     def fusion_blocks(self):
-        return [b for r in self.regions for b in r.get("fusion_blocks", [])]
+        return [b for r in self.regions for b in r.fusion_blocks]
 
     @property
     def edge_rules(self):
         c = collections.Counter()
         for r in self.regions:
-            c.update(r.get("edge_rules", {}))
+            c.update(r.edge_rules)
         return c
 
     @property
     def compile_ms(self):
-        return sum(ms for r in self.regions for _, ms, _ in r.get("passes", []))
+        return sum(r.compile_ms for r in self.regions)
 
     @property
     def codegen_compile_ms(self):
-        return sum(r.get("codegen_compile_ms", 0.0) for r in self.regions)
+        return sum(r.codegen_compile_ms for r in self.regions)
 
     def _fusion_lines(self):
         lines = ["", f"fusion (mode {self.mode!r}):"]
@@ -125,7 +125,7 @@ class ExplainReport:
         lines.append(f"  blocks                         : {len(blocks)} ({len(multi)} fused, "
                      f"{sum(len(b['ops']) for b in multi)} ops inside them)")
         lines.append(f"  IRS bytes materialized / call  : {self.irs_bytes / 2**20:.2f} MiB")
-        cached = all(r.get("codegen_cache_hit", True) for r in self.regions if r.get("generated_functions"))
+        cached = all(r.codegen_cache_hit for r in self.regions if r.generated_functions)
         lines.append(f"  compile time                   : {self.compile_ms:.0f} ms "
                      f"(system compiler {self.codegen_compile_ms:.0f} ms{', kernel cache hit' if cached else ''})")
         if self.per_mode:
@@ -148,42 +148,31 @@ class ExplainReport:
             lines.append(f"  fused graph drawn to           : {self.graph_file}")
         return lines
 
-    def _layout_lines(self):
-        regs = self.regions
-        convs = sum(r.get("convs_blocked", 0) for r in regs)
-        if not any("convs_blocked" in r for r in regs):
-            return []
-        tr = [sum(r.get("layout_transforms", (0, 0, 0))[i] for r in regs) for i in range(3)]
-        methods = sorted({r.get("layout_method") for r in regs if r.get("convs_blocked")})
-        lines = ["", "layout (NCHW[x]c):"]
-        lines.append(f"  convolutions blocked           : {convs}"
-                     + (f" (schemes: {', '.join(methods)})" if methods else ""))
-        wf2, wf4 = (sum(r.get("convs_winograd", (0, 0))[i] for r in regs) for i in range(2))
-        if wf2 or wf4:
-            lines.append(f"  ... as Winograd                : {wf4} F(4x4, 3x3), {wf2} F(2x2, 3x3) (3x3 stride-1; "
-                         "option winograd=False runs them direct)")
-        lines.append(f"  activation transforms          : {tr[0]} to blocked, {tr[1]} to NCHW, {tr[2]} re-blocked")
-        lines.append(f"  ops running on blocked tensors : {sum(r.get('layout_propagated', 0) for r in regs)}")
-        lines.append(f"  GEMM weights packed at compile : {sum(r.get('gemms_packed', 0) for r in regs)}")
-        fused_ed = sum(r.get("expand_dw_fused", 0) for r in regs)
-        if fused_ed:
-            lines.append(f"  expand + depthwise convs fused : {fused_ed} (the expanded tensor is never written)")
-        tuned = sum(r.get("convs_tuned_now", 0) for r in regs)
-        if tuned:
-            lines.append(f"  conv workloads tuned now       : {tuned} (stored in the tuning database)")
+    def _target_lines(self):
+        """Each target's own section (dnnfusion/targets/<name>.py), for the targets that ran here."""
+        from .targets import glue
+
+        lines = []
+        for name in sorted({r.target for r in self.regions}):
+            lines.extend(glue(name).explain_lines(self.regions))
         return lines
+
+    @property
+    def targets(self):
+        return sorted({r.target for r in self.regions})
 
     def __str__(self):
         lines = ["dnnfusion.explain", "================="]
         lines.append(f"graphs compiled        : {len(self.graphs)}")
         lines.append(f"ATen ops seen          : {self.n_total}")
         lines.append(f"ops run in the core    : {self.n_core} ({100 * self.coverage:.1f}%)")
-        lines.append(f"core regions           : {len(self.regions)}")
+        lines.append(f"core regions           : {len(self.regions)}"
+                     + (f" (target {', '.join(self.targets)})" if self.regions else ""))
         lines.append(f"kernels per call       : {self.kernels_per_call} "
                      f"({self.core_kernels_per_call} core kernels + {self.n_total - self.n_core} eager ATen ops)")
         lines.append(f"peak planned memory    : {self.peak_bytes / 2**20:.2f} MiB "
                      "(largest region arena + scratch; weights excluded)")
-        folded = sum(r.get("folded_nodes", 0) for r in self.regions)
+        folded = sum(r.folded_nodes for r in self.regions)
         lines.append(f"constant-folded nodes  : {folded}")
         lines.append("")
         lines.append("ops seen (count, in core):")
@@ -200,7 +189,7 @@ class ExplainReport:
         else:
             lines.append("fallback ops: none")
         lines.extend(self._fusion_lines())
-        lines.extend(self._layout_lines())
+        lines.extend(self._target_lines())
         if self.notes:
             lines.append("")
             lines.append("notes:")
@@ -239,9 +228,9 @@ def explain(model, *example_inputs, options=None, compare_modes=True, graph=None
         gs = _compile_and_collect(model, example_inputs, dict(opts, fusion=m))
         regions = [r for g in gs for r in g.regions]
         per_mode[m] = dict(kernels=sum(g.kernels_per_call for g in gs),
-                           irs_bytes=sum(r.get("irs_bytes", 0) for r in regions),
-                           blocks=sum(r.get("blocks", 0) for r in regions),
-                           compile_ms=sum(ms for r in regions for _, ms, _ in r.get("passes", [])))
+                           irs_bytes=sum(r.irs_bytes for r in regions),
+                           blocks=sum(r.blocks for r in regions),
+                           compile_ms=sum(r.compile_ms for r in regions))
         if m == mode:
             graphs = gs
     if graphs is None:

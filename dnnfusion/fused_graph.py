@@ -10,7 +10,7 @@ def _dot_source(report):
     lines = ["digraph fused {", "  rankdir=TB; node [shape=box, fontname=monospace, fontsize=9];"]
     base = 0
     for r_i, region in enumerate(report.regions):
-        blocks = region.get("fusion_blocks", [])
+        blocks = region.fusion_blocks
         for b_i, b in enumerate(blocks):
             ops = b["ops"]
             label = f"{b['type']}" + (f" [{b['dominant']}]" if b["dominant"] else "") + "\\n" + "\\n".join(ops[:12])
@@ -29,7 +29,7 @@ def _text(report):
     out = []
     base = 0
     for region in report.regions:
-        blocks = region.get("fusion_blocks", [])
+        blocks = region.fusion_blocks
         for b_i, b in enumerate(blocks):
             ins = ", ".join(f"b{base + s}" for s in b.get("inputs_from", [])) or "inputs"
             dom = f" [{b['dominant']}]" if b["dominant"] else ""

@@ -18,7 +18,9 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 
 from . import _C  # noqa: F401  (registers torch.ops.dnnfusion.run)
 from .fake import register_region_meta, unregister_region_meta
-from .report import GraphReport
+from .options import core_options
+from .report import GraphReport, RegionStats
+from .targets import info as target_info
 
 _DTYPES = {
     torch.float32: "float32", torch.float64: "float64", torch.int64: "int64", torch.int32: "int32",
@@ -138,7 +140,7 @@ def _meta(n):
     return n
 
 
-def _out_specs(node):
+def _out_specs(node, device_type):
     vals = _tensor_vals(node.meta.get("val"))
     if vals is None:
         raise Unsupported("no tensor metadata")
@@ -150,8 +152,8 @@ def _out_specs(node):
             raise Unsupported(f"output dtype {v.dtype}")
         if any(not isinstance(s, int) for s in v.shape):
             raise Unsupported("symbolic shape")
-        if v.device.type != "cpu":
-            raise Unsupported(f"output on {v.device}")
+        if v.device.type != device_type:
+            raise Unsupported(f"output on {v.device}, the target runs on {device_type}")
         specs.append((list(v.shape), _DTYPES[v.dtype]))
     return specs
 
@@ -177,6 +179,8 @@ class Lowerer:
         # such as the partitioner's topological sort may rebuild the graph's nodes.
         self.frozen = {(k.name if isinstance(k, fx.Node) else k): v for k, v in frozen.items()}
         self.opts = opts
+        self.core_opts = core_options(opts)
+        self.device_type = target_info(opts.target)["device_type"]
         self.report = report
         self.decisions = {}  # Node -> (op, operands, attrs) or None
         self.reasons = {}
@@ -193,8 +197,8 @@ class Lowerer:
                 raise Unsupported(f"operand dtype {v.dtype}")
             if any(not isinstance(s, int) for s in v.shape):
                 raise Unsupported("symbolic shape")
-            if v.device.type != "cpu":
-                raise Unsupported(f"operand on {v.device}")
+            if v.device.type != self.device_type:
+                raise Unsupported(f"operand on {v.device}, the target runs on {self.device_type}")
             return (list(v.shape), _DTYPES[v.dtype], self.is_compile_time(o))
         if isinstance(o, numbers.Number):
             dt = _scalar_dtype(name, operands, node)
@@ -223,8 +227,8 @@ class Lowerer:
                 if not (src.is_contiguous() and src.storage_offset() == 0):
                     raise Unsupported("as_strided of a non-contiguous input")
             specs = [self._input_spec(o, name, operands, node) for o in operands]
-            outs = _out_specs(node)
-            reason = _C.check_support(name, specs, outs, attrs)
+            outs = _out_specs(node, self.device_type)
+            reason = _C.check_support(self.opts.target, name, specs, outs, attrs)
             if reason:
                 raise Unsupported(reason)
             self.decisions[node] = (name, operands, attrs)
@@ -270,7 +274,7 @@ class Lowerer:
                 else:
                     dt = _scalar_dtype(name, operands, n)
                     ids.append(g.add_constant(torch.tensor(o, dtype=dt), "scalar"))
-            outs = g.add_node(name, ids, _out_specs(n), attrs, aten_name(n.target))
+            outs = g.add_node(name, ids, _out_specs(n, self.device_type), attrs, aten_name(n.target))
             val = n.meta.get("val")
             env[n] = outs[0] if isinstance(val, torch.Tensor) else outs
         out_node = sub.graph.output_node()
@@ -280,9 +284,7 @@ class Lowerer:
         metas = [r.meta["val"] for r in results]
         g.set_outputs(out_ids)
         strides = [list(m.stride()) if not m.is_contiguous() else [] for m in metas]
-        handle = _C.compile(g, self.opts.threads, strides, self.opts.fusion, self.opts.profile,
-                            self.opts.layout, self.opts.tune, self.opts.tuning_db, self.opts.pack_gemm_weights,
-                            self.opts.fuse_expand_depthwise, self.opts.winograd)
+        handle = _C.compile(g, self.core_opts, strides)
         return handle, run_inputs, metas
 
 
@@ -335,9 +337,9 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
         sub = getattr(gm, node.target)
         try:
             handle, run_inputs, metas = lowerer.build_region(sub, node.args)
+        except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix, not fallbacks
+            raise
         except Exception as e:  # the region runs eagerly (its submodule stays) and we say why
-            if "no C++ compiler" in str(e):  # a set-up problem the user must fix, not a fallback
-                raise RuntimeError(f"dnnfusion: {e}") from None
             reason = f"region failed to compile in the core: {type(e).__name__}: {e}"
             for n in sub.graph.nodes:
                 if n.op == "call_function" and n.target is not operator.getitem:
@@ -348,7 +350,7 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
             continue
         handles.append(handle)
         register_region_meta(handle, metas)
-        report.regions.append(dict(_C.stats(handle), handle=handle))
+        report.regions.append(RegionStats.from_core(_C.stats(handle), handle))
         with gm.graph.inserting_before(node):
             call = gm.graph.call_function(torch.ops.dnnfusion.run.default, (handle, list(run_inputs)))
         call.meta["val"] = list(metas)

@@ -5,6 +5,9 @@ from dataclasses import dataclass
 # Every option the backend understands, with what it accepts. Options of later capabilities
 # (fusion modes, tuning, targets, pruning) are added here when they are implemented.
 VALID_OPTIONS = {
+    "target": "str: execution target, one of dnnfusion.targets.names() (default 'cpu': NCHW[x]c CPU kernels; "
+              "'reference': every op on the plain reference kernels, unfused, to tell an optimized kernel's error "
+              "from a model's own)",
     "threads": "positive int: worker threads of the core (default: one per physical core)",
     "fusion": "'dnnfusion' (default) | 'tvm' | 'none': operator-fusion planner",
     "profile": "bool: measure yellow fusion cells into the profile database (default True; False: never fuse them)",
@@ -31,6 +34,7 @@ LAYOUT_MODES = ("global", "local", "convs-only", "off")
 
 @dataclass(frozen=True)
 class Options:
+    target: str = "cpu"
     threads: int = 0
     fusion: str = "dnnfusion"
     profile: bool = True
@@ -52,6 +56,11 @@ def parse_options(options) -> Options:
     if unknown:
         valid = "; ".join(f"{k}: {v}" for k, v in VALID_OPTIONS.items())
         raise ValueError(f"dnnfusion: unknown option(s) {unknown}. Valid options are: {valid}")
+    from .targets import names
+
+    target = options.get("target", names()[0])  # the first registered target is the default
+    if not isinstance(target, str) or target not in names():
+        raise ValueError(f"dnnfusion: option 'target' must be one of the registered targets {names()}, got {target!r}")
     threads = options.get("threads", 0)
     if "threads" in options and (isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= 1024):
         raise ValueError(f"dnnfusion: option 'threads' must be an int in 1..1024, got {threads!r}")
@@ -87,6 +96,17 @@ def parse_options(options) -> Options:
             raise ValueError(f"dnnfusion: option 'prune' must be a float in (0, 1) (the fraction of channels "
                              f"removed) or None, got {prune!r}")
         prune = float(prune)
-    return Options(threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
+    return Options(target=target, threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
                    pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, winograd=winograd,
                    prune=prune)
+
+
+def core_options(opts: Options):
+    """The options the C++ core reads, as the one struct that crosses the bridge."""
+    from . import _C
+
+    o = _C.CompileOptions()
+    for name in ("target", "threads", "fusion", "profile", "layout", "tune", "tuning_db", "pack_gemm_weights",
+                 "fuse_expand_depthwise", "winograd"):
+        setattr(o, name, getattr(opts, name))
+    return o

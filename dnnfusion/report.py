@@ -3,7 +3,61 @@ with their reasons, kernels per call and planned memory. explain() prints these.
 import collections
 import contextlib
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+
+
+@dataclass(frozen=True)
+class RegionStats:
+    """What the core reports for one compiled region (csrc/python/module.cc region_stats, from
+    CompileStats and the executor's ExecStats). Built from the core's dict with every key required
+    and no other allowed, so a renamed or missing field fails here, loudly, not as a silent 0."""
+    handle: int
+    target: str
+    threads: int
+    # executor
+    num_nodes: int
+    kernels_per_call: int
+    aliased_views: int
+    arena_bytes: int
+    naive_bytes: int
+    scratch_bytes: int
+    flops: int
+    blocks: int
+    irs_bytes: int
+    generated_steps: int
+    hooked_steps: int
+    # compile
+    passes: list  # (name, ms, detail) per pass, in order
+    folded_nodes: int
+    ops_imported: int
+    ops_after_rewrite: int
+    rules_applied: dict
+    edge_rules: dict
+    generated_functions: int
+    profiled_pairs: int
+    codegen_compile_ms: float
+    codegen_cache_hit: bool
+    generated_source: str
+    target_counters: dict  # names declared by the target's glue (dnnfusion/targets/<name>.py)
+    target_notes: dict
+    fusion_blocks: list  # per block: ops, type, dominant, inputs_from, steps, internal_bytes
+    plan_log: list
+
+    @classmethod
+    def from_core(cls, d, handle):
+        names = {f.name for f in fields(cls)}
+        given = set(d) | {"handle"}
+        if given != names:
+            raise RuntimeError(f"dnnfusion: the core's region stats do not match RegionStats: missing "
+                               f"{sorted(names - given)}, unknown {sorted(given - names)}")
+        from .targets import glue
+
+        glue(d["target"]).check_stats(d)
+        return cls(handle=handle, **d)
+
+    @property
+    def compile_ms(self):
+        return sum(ms for _, ms, _ in self.passes)
 
 
 @dataclass
@@ -11,7 +65,7 @@ class GraphReport:
     ops_total: collections.Counter = field(default_factory=collections.Counter)  # ATen op -> count
     ops_core: collections.Counter = field(default_factory=collections.Counter)
     fallbacks: dict = field(default_factory=dict)  # ATen op -> {reason: count}
-    regions: list = field(default_factory=list)  # stats dicts from the core, one per region
+    regions: list = field(default_factory=list)  # RegionStats, one per region
     notes: list = field(default_factory=list)  # whole-graph events (eager fallback, recompiles)
     prune: object = None  # PruneReport of the compile-time pass (options={"prune": r}), None if not applied
     frozen_numel: int = 0  # elements of the parameters/buffers handed to lowering as compile-time constants
@@ -33,11 +87,11 @@ class GraphReport:
 
     @property
     def kernels_per_call(self):
-        return sum(r["kernels_per_call"] for r in self.regions)
+        return sum(r.kernels_per_call for r in self.regions)
 
     @property
     def peak_bytes(self):
-        return max((r["arena_bytes"] + r["scratch_bytes"] for r in self.regions), default=0)
+        return max((r.arena_bytes + r.scratch_bytes for r in self.regions), default=0)
 
 
 _local = threading.local()

@@ -66,9 +66,9 @@ def main(argv=None):
         with collecting() as graphs, torch.no_grad():
             compiled(*inputs)
         regions = [r for g in graphs for r in g.regions]
-        tuned = sum(r.get("convs_tuned_now", 0) for r in regions)
-        convs = sum(r.get("convs_blocked", 0) for r in regions)
-        methods = sorted({r.get("layout_method") for r in regions if r.get("convs_blocked")})
+        tuned = sum(r.target_counters["convs_tuned_now"] for r in regions)
+        convs = sum(r.target_counters["convs_blocked"] for r in regions)
+        methods = sorted({r.target_notes["layout_method"] for r in regions if r.target_counters["convs_blocked"]})
         print(f"[tune] {name} batch {args.batch}: {convs} convolutions, {tuned} workload/block entries measured "
               f"now, schemes {', '.join(methods) or '-'}, {time.time() - t0:.1f} s")
     return 0

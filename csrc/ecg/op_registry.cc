@@ -93,17 +93,17 @@ std::vector<OpInfo> build_table() {
   add("gather", M::OneToMany, P::Injective, true, none(), F::None);
   // ---- Many-to-Many ----
   add("convolution", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::Convolution);
-  // NCHW[x]c convolution (csrc/layout): input [N][C/x][H][W][x], weight packed by the op below.
+  // NCHW[x]c convolution (csrc/target/cpu/layout): input [N][C/x][H][W][x], weight packed by the op below.
   add("conv2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
   // 1x1 conv2d_nchwc + activation + depthwise conv2d_nchwc in one kernel (layout/fuse_expand_depthwise):
   // inputs (x, expand packed weight, expand bias, depthwise packed weight, depthwise bias).
   add("conv2d_nchwc_expand_dw", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
-  // Pooling on NCHW[x]c activations (csrc/layout), attributes as max_pool2d / avg_pool2d.
+  // Pooling on NCHW[x]c activations (csrc/target/cpu/layout), attributes as max_pool2d / avg_pool2d.
   add("max_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
   add("avg_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
   // KCRS -> packed weight of conv2d_nchwc; only ever sees compile-time operands (constant-folded).
   add("conv2d_nchwc_pack_weight", M::Shuffle, P::Opaque, false, none(), F::None);
-  // GEMM with a compile-time B packed by the op below (csrc/layout/pack_gemm_weights): inputs
+  // GEMM with a compile-time B packed by the op below (csrc/target/cpu/layout/pack_gemm_weights): inputs
   // (A [M, K], packed B, optional bias [N]), attributes n, nr, alpha.
   add("mm_packed", M::ManyToMany, P::OutEWiseFusable, false, none(), F::MatMul);
   // B [K, N] -> the micro-kernel's panels (kernels::sgemm_pack_b); only sees compile-time operands.

@@ -18,8 +18,8 @@
 #include "kernels/cpu/cpu_features.h"
 #include "pipeline.h"
 #include "prune/channel_scores.h"
-#include "runtime/op_kernels.h"
 #include "runtime/thread_pool.h"
+#include "target/target.h"
 
 namespace py = pybind11;
 using namespace dnnfusion;
@@ -94,6 +94,7 @@ struct PyGraph {
 
 struct Region {
   Compiled compiled;
+  const target::Target* target = nullptr;
   std::vector<at::Tensor> keep_alive;
   // Strides the surrounding FX graph expects for each output (empty = contiguous).
   std::vector<std::vector<int64_t>> out_strides;
@@ -110,23 +111,16 @@ std::shared_ptr<Region> get_region(int64_t h) {
   return it->second;
 }
 
-int64_t compile_region(PyGraph& pg, int threads, const std::vector<std::vector<int64_t>>& out_strides,
-                       const std::string& fusion, bool profile, const std::string& layout, bool tune,
-                       const std::string& tuning_db, bool pack_gemm_weights,
-                       bool fuse_expand_depthwise, bool winograd) {
+int64_t compile_region(PyGraph& pg, const CompileOptions& opts, const std::vector<std::vector<int64_t>>& out_strides) {
   auto r = std::make_shared<Region>();
   r->keep_alive = pg.keep_alive;
   r->out_strides = out_strides;
-  CompileOptions opts;
-  opts.threads = threads;
-  opts.fusion = fusion::parse_mode(fusion);
-  opts.profile = profile;
-  opts.layout = parse_layout_mode(layout);
-  opts.tune = tune;
-  opts.tuning_db = tuning_db;
-  opts.pack_gemm_weights = pack_gemm_weights;
-  opts.fuse_expand_depthwise = fuse_expand_depthwise;
-  opts.winograd = winograd;
+  r->target = opts.target.empty() ? &target::registry().default_target() : &target::registry().get(opts.target);
+  const c10::DeviceType dev = c10::Device(r->target->device_type()).type();
+  for (const at::Tensor& w : pg.keep_alive)
+    if (w.device().type() != dev)
+      throw dnnfusion::InvalidInput("dnnfusion: a weight is on " + w.device().str() + "; target '" + opts.target +
+                                    "' needs " + r->target->device_type() + " weights");
   r->compiled = compile_graph(pg.g, opts);
   int64_t h = g_next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lk(g_regions_mu);
@@ -144,8 +138,9 @@ std::vector<at::Tensor> run_region(int64_t handle, const std::vector<at::Tensor>
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& v = g.value(g.inputs()[i]);
     const at::Tensor& t = inputs[i];
-    TORCH_CHECK(t.device().is_cpu(), "dnnfusion::run: input ", i, " is on ", t.device(),
-                "; the CPU target needs CPU tensors");
+    TORCH_CHECK(t.device().type() == c10::Device(r->target->device_type()).type(), "dnnfusion::run: input ", i,
+                " is on ", t.device(), "; the region was compiled for target '", r->target->name(), "', which needs ",
+                r->target->device_type(), " tensors");
     TORCH_CHECK(t.scalar_type() == to_scalar_type(v.dtype), "dnnfusion::run: input ", i, " has dtype ", t.scalar_type(),
                 " but the region was compiled for ", dtype_name(v.dtype), " (recompile for the new dtype)");
     TORCH_CHECK(t.sizes().vec() == v.shape, "dnnfusion::run: input ", i, " has shape ", t.sizes(),
@@ -177,10 +172,18 @@ std::vector<at::Tensor> run_region(int64_t handle, const std::vector<at::Tensor>
   return outs;
 }
 
+// Everything a region's report holds, as one dict with a fixed set of keys (dnnfusion/report.py
+// builds a RegionStats from it, which fails on a missing or unknown key).
 py::dict region_stats(int64_t h) {
   auto r = get_region(h);
-  const auto& s = r->compiled.exe->stats();
+  const Compiled& c = r->compiled;
+  const CompileStats& cs = c.stats;
+  const auto& s = c.exe->stats();
+  const ecg::Graph& g = c.exe->graph();
   py::dict d;
+  d["target"] = cs.target;
+  d["threads"] = c.exe->threads();
+  // The executor's view (runtime::ExecStats).
   d["num_nodes"] = s.num_nodes;
   d["kernels_per_call"] = s.kernels_per_call;
   d["aliased_views"] = s.aliased_views;
@@ -188,34 +191,26 @@ py::dict region_stats(int64_t h) {
   d["naive_bytes"] = s.naive_bytes;
   d["scratch_bytes"] = s.scratch_bytes;
   d["flops"] = s.flops;
-  d["folded_nodes"] = r->compiled.folded_nodes;
-  d["threads"] = r->compiled.exe->threads();
-  py::list passes;
-  for (const auto& p : r->compiled.passes) passes.append(py::make_tuple(p.name, p.ms, p.detail));
-  d["passes"] = passes;
-  // The fusion report (explain's fusion section, benchmarks' Table 5).
-  const Compiled& c = r->compiled;
-  const ecg::Graph& g = c.exe->graph();
   d["blocks"] = s.blocks;
   d["irs_bytes"] = s.irs_bytes;
   d["generated_steps"] = s.generated_steps;
   d["hooked_steps"] = s.hooked_steps;
-  d["ops_imported"] = c.ops_imported;
-  d["ops_after_rewrite"] = c.ops_after_rewrite;
-  d["rules_applied"] = c.rules_applied;
-  d["edge_rules"] = c.edge_rules;
-  d["generated_functions"] = c.generated_functions;
-  d["codegen_compile_ms"] = c.codegen_compile_ms;
-  d["convs_blocked"] = c.convs_blocked;
-  d["convs_winograd"] = py::make_tuple(c.convs_winograd_f2, c.convs_winograd_f4);
-  d["gemms_packed"] = c.gemms_packed;
-  d["expand_dw_fused"] = c.expand_dw_fused;
-  d["layout_transforms"] = py::make_tuple(c.layout_to_blocked, c.layout_to_plain, c.layout_reblocked);
-  d["layout_propagated"] = c.layout_propagated;
-  d["layout_method"] = c.layout_method;
-  d["convs_tuned_now"] = c.convs_tuned_now;
-  d["codegen_cache_hit"] = c.codegen_cache_hit;
-  d["generated_source"] = c.generated_source_path;
+  // The compile's (CompileStats).
+  py::list passes;
+  for (const auto& p : cs.passes) passes.append(py::make_tuple(p.name, p.ms, p.detail));
+  d["passes"] = passes;
+  d["folded_nodes"] = cs.folded_nodes;
+  d["ops_imported"] = cs.ops_imported;
+  d["ops_after_rewrite"] = cs.ops_after_rewrite;
+  d["rules_applied"] = cs.rules_applied;
+  d["edge_rules"] = cs.edge_rules;
+  d["generated_functions"] = cs.generated_functions;
+  d["profiled_pairs"] = cs.profiled_pairs;
+  d["codegen_compile_ms"] = cs.codegen_compile_ms;
+  d["codegen_cache_hit"] = cs.codegen_cache_hit;
+  d["generated_source"] = cs.generated_source_path;
+  d["target_counters"] = cs.target_counters;
+  d["target_notes"] = cs.target_notes;
   py::list blocks;
   for (size_t b = 0; b < c.plan.blocks.size(); ++b) {
     const auto& blk = c.plan.blocks[b];
@@ -234,10 +229,8 @@ py::dict region_stats(int64_t h) {
         if (pb != static_cast<int>(b) && seen.insert(pb).second) inputs_from.append(pb);
       }
     bd["inputs_from"] = inputs_from;
-    if (b < c.blocks.size()) {
-      bd["steps"] = c.blocks[b].steps;
-      bd["internal_bytes"] = c.blocks[b].internal_bytes;
-    }
+    bd["steps"] = b < c.blocks.size() ? py::cast(c.blocks[b].steps) : py::cast(std::vector<std::string>{});
+    bd["internal_bytes"] = b < c.blocks.size() ? c.blocks[b].internal_bytes : 0;
     blocks.append(bd);
   }
   d["fusion_blocks"] = blocks;
@@ -245,8 +238,9 @@ py::dict region_stats(int64_t h) {
   return d;
 }
 
-std::string check_support(const std::string& op, const std::vector<py::object>& inputs,
+std::string check_support(const std::string& target_name, const std::string& op, const std::vector<py::object>& inputs,
                           const std::vector<std::pair<std::vector<int64_t>, std::string>>& outputs, const py::dict& attrs) {
+  const target::Target& tgt = target::registry().get(target_name);
   if (!ecg::find_op(op)) return "op '" + op + "' is not in the ECG op registry";
   try {
     ecg::Graph g;
@@ -262,7 +256,7 @@ std::string check_support(const std::string& op, const std::vector<py::object>& 
       else ids.push_back(g.add_input(std::get<0>(t), dtype_from_name(std::get<1>(t))));
     }
     int nid = g.add_node(op, ids, to_specs(outputs), to_attrs(attrs), op);
-    return runtime::check_node(g, g.node(nid));
+    return tgt.supports(g, g.node(nid));
   } catch (const std::exception& e) {
     return e.what();
   }
@@ -335,14 +329,56 @@ TORCH_LIBRARY_IMPL(dnnfusion, CompositeExplicitAutograd, m) { m.impl("run", &run
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "dnnfusion core bridge";
-  py::register_exception<dnnfusion::Error>(m, "CoreError", PyExc_RuntimeError);
+  // One Python class per error kind (common/error.h); callers catch the class, never match text.
+  auto core_error = py::register_exception<dnnfusion::Error>(m, "CoreError", PyExc_RuntimeError);
+  py::register_exception<dnnfusion::CompilerNotFound>(m, "CompilerNotFound", core_error.ptr());
+  py::register_exception<dnnfusion::UnsupportedOp>(m, "UnsupportedOp", core_error.ptr());
+  py::register_exception<dnnfusion::TargetUnavailable>(m, "TargetUnavailable", core_error.ptr());
+  // Bad names and values are the caller's mistake: ValueErrors as well as core errors.
+  static py::exception<dnnfusion::UnknownTarget> unknown_target(
+      m, "UnknownTarget", py::make_tuple(core_error, py::handle(PyExc_ValueError)).ptr());
+  static py::exception<dnnfusion::InvalidInput> invalid_input(
+      m, "InvalidInput", py::make_tuple(core_error, py::handle(PyExc_ValueError)).ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const dnnfusion::UnknownTarget& e) {
+      unknown_target(e.what());
+    } catch (const dnnfusion::InvalidInput& e) {
+      invalid_input(e.what());
+    }
+  });
+  py::class_<CompileOptions>(m, "CompileOptions")
+      .def(py::init<>())
+      .def_readwrite("target", &CompileOptions::target)
+      .def_readwrite("threads", &CompileOptions::threads)
+      .def_property(
+          "fusion", [](const CompileOptions& o) { return std::string(fusion::mode_name(o.fusion)); },
+          [](CompileOptions& o, const std::string& s) { o.fusion = fusion::parse_mode(s); })
+      .def_readwrite("profile", &CompileOptions::profile)
+      .def_property(
+          "layout",
+          [](const CompileOptions& o) {
+            switch (o.layout) {
+              case CompileOptions::Layout::Global: return "global";
+              case CompileOptions::Layout::Local: return "local";
+              case CompileOptions::Layout::ConvsOnly: return "convs-only";
+              case CompileOptions::Layout::Off: return "off";
+            }
+            return "global";
+          },
+          [](CompileOptions& o, const std::string& s) { o.layout = parse_layout_mode(s); })
+      .def_readwrite("tune", &CompileOptions::tune)
+      .def_readwrite("tuning_db", &CompileOptions::tuning_db)
+      .def_readwrite("pack_gemm_weights", &CompileOptions::pack_gemm_weights)
+      .def_readwrite("fuse_expand_depthwise", &CompileOptions::fuse_expand_depthwise)
+      .def_readwrite("winograd", &CompileOptions::winograd);
   py::class_<PyGraph>(m, "Graph")
       .def(py::init<>())
       .def("add_input", [](PyGraph& pg, const std::vector<int64_t>& shape, const std::string& dt, const std::string& name) {
         return pg.g.add_input(shape, dtype_from_name(dt), name);
       })
       .def("add_weight", [](PyGraph& pg, const at::Tensor& t, const std::string& name) {
-        TORCH_CHECK(t.device().is_cpu(), "dnnfusion: weight '", name, "' is on ", t.device(), "; the CPU target needs CPU weights");
         at::Tensor c = t.detach().contiguous();
         pg.keep_alive.push_back(c);
         return pg.g.add_weight(c.sizes().vec(), to_dtype(c.scalar_type()), c.data_ptr(), name);
@@ -360,11 +396,22 @@ PYBIND11_MODULE(_C, m) {
       .def("set_outputs", [](PyGraph& pg, const std::vector<int>& ids) { pg.g.set_outputs(ids); })
       .def("dump", [](const PyGraph& pg) { return pg.g.dump(); })
       .def("num_nodes", [](const PyGraph& pg) { return pg.g.nodes().size(); });
-  m.def("compile", &compile_region, py::arg("graph"), py::arg("threads") = 0,
-        py::arg("out_strides") = std::vector<std::vector<int64_t>>{}, py::arg("fusion") = "dnnfusion",
-        py::arg("profile") = true, py::arg("layout") = "global", py::arg("tune") = false,
-        py::arg("tuning_db") = "<default>", py::arg("pack_gemm_weights") = true,
-        py::arg("fuse_expand_depthwise") = true, py::arg("winograd") = true);
+  m.def("compile", &compile_region, py::arg("graph"), py::arg("options"),
+        py::arg("out_strides") = std::vector<std::vector<int64_t>>{});
+  m.def("targets", []() {
+    py::list out;
+    for (const auto& name : target::registry().names()) {
+      const target::Target& t = target::registry().get(name);
+      py::dict d;
+      d["name"] = name;
+      d["description"] = t.description();
+      d["device_type"] = t.device_type();
+      d["fuses"] = t.fuses();
+      d["unavailable_reason"] = t.unavailable_reason();
+      out.append(d);
+    }
+    return out;
+  });
   m.def("release", [](int64_t h) {
     std::lock_guard<std::mutex> lk(g_regions_mu);
     g_regions.erase(h);
@@ -386,7 +433,10 @@ PYBIND11_MODULE(_C, m) {
     d["associative"] = i->props.associative;
     d["commutative"] = i->props.commutative;
     d["distributes_over"] = i->props.distributes_over;
-    d["has_kernel"] = runtime::find_kernel(op) != nullptr;
+    py::list targets;  // the targets with a kernel for the op
+    for (const auto& name : target::registry().names())
+      if (target::registry().get(name).find_kernel(op)) targets.append(name);
+    d["targets"] = targets;
     return d;
   });
   m.def("registry_ops", []() {

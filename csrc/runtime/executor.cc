@@ -9,8 +9,8 @@
 #include "common/error.h"
 #include "ecg/op_registry.h"
 #include "ecg/verifier.h"
-#include "kernels/cpu/data_movement.h"
 #include "runtime/memory_planner.h"
+#include "target/target.h"
 
 namespace dnnfusion::runtime {
 
@@ -41,6 +41,7 @@ Program default_program(const Graph& g) {
 
 Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : graph_(std::move(graph)) {
   ecg::verify_graph(graph_);
+  target_ = opts.target ? opts.target : &target::registry().default_target();
   pool_ = &shared_pool(opts.threads);
   const Graph& g = graph_;
   if (program.steps.empty() && !g.nodes().empty()) program = default_program(g);
@@ -80,9 +81,11 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
     Step& s = b.step;
     if (s.kind == Step::Kind::Node) {
       const Node& n = g.node(s.node);
-      const OpKernel* k = find_kernel(n.op);
-      std::string why = k ? (k->check ? k->check(g, n) : std::string()) : "no CPU kernel for op '" + n.op + "'";
-      if (!why.empty()) DNNF_THROW("node ", n.id, " ", g.describe_node(n.id), " (", n.origin, ") cannot run in the core: ", why);
+      const std::string why = target_->supports(g, n);
+      if (!why.empty())
+        DNNF_THROW_AS(UnsupportedOp, "node ", n.id, " ", g.describe_node(n.id), " (", n.origin, ") cannot run on target '",
+                      target_->name(), "': ", why);
+      const OpKernel* k = target_->find_kernel(n.op);
       if (s.epilogue && !k->epilogue_hook) DNNF_THROW("op ", n.op, " cannot run a fused epilogue");
       for (const auto& iv : s.input_views) {
         if (!(k->strided_inputs >> iv.slot & 1u)) DNNF_THROW("op ", n.op, " cannot read input ", iv.slot, " strided");
@@ -195,7 +198,7 @@ Executable::~Executable() {
                    100.0 * t[i].first / std::max(total, 1.0), label.c_str());
     }
   }
-  std::free(arena_);
+  if (arena_) target_->deallocate(arena_);
 }
 
 void* Executable::resolve(const Loc& l, const std::vector<const void*>& in, const std::vector<void*>& out) const {
@@ -215,8 +218,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
   DNNF_CHECK(outputs.size() == g.outputs().size(), "expected ", g.outputs().size(), " outputs, got ", outputs.size());
   std::lock_guard<std::mutex> lk(run_mu_);
   if (!arena_) {
-    arena_ = std::aligned_alloc(64, (arena_size_ + 63) / 64 * 64);
-    if (!arena_) DNNF_THROW("out of memory allocating a ", arena_size_, "-byte arena");
+    arena_ = target_->allocate(arena_size_);
   }
   void* scratch = static_cast<char*>(arena_) + scratch_offset_;
   dnnf_parallel par{pool_, pool_parallel_for};
@@ -267,7 +269,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
         for (size_t slot = 0; slot < n.outputs.size(); ++slot) {
           if (b.aliased[slot]) continue;
           ViewSpec vs = b.kernel->view(g, n, static_cast<int>(slot));
-          kernels::strided_copy(dtype_size(src.dtype), vs.shape, call.in[0], vs.strides, vs.offset, call.out[slot], *pool_);
+          target_->strided_copy(dtype_size(src.dtype), vs.shape, call.in[0], vs.strides, vs.offset, call.out[slot], *pool_);
         }
       } else {
         b.kernel->run(call);

@@ -1,8 +1,9 @@
-// Runs an ECG on the CPU: executes a Program (runtime/program.h: library kernels per node, or a
-// fusion plan's generated loop nests and hooked kernels), aliases contiguous views instead of
-// copying them, plans every materialized intermediate into one arena by liveness, and runs the
-// steps in order on a persistent thread pool. Without a Program: one step per node.
-// Precondition: the graph verifies, every node a Node step runs passes check_node (else the
+// Runs an ECG on a target (csrc/target/target.h): executes a Program (runtime/program.h: the
+// target's kernels per node, or a fusion plan's generated code and hooked kernels), aliases
+// contiguous views instead of copying them, plans every materialized intermediate into one arena
+// (the target's memory) by liveness, and runs the steps in order on a persistent thread pool.
+// Without a Program: one step per node.
+// Precondition: the graph verifies, the target supports every node a Node step runs (else the
 // constructor throws naming the node), and a Program's steps write each value before reading it.
 // Postcondition of run(): every graph output buffer holds its value.
 #pragma once
@@ -17,10 +18,15 @@
 #include "runtime/program.h"
 #include "runtime/thread_pool.h"
 
+namespace dnnfusion::target {
+class Target;
+}
+
 namespace dnnfusion::runtime {
 
 struct ExecOptions {
   int threads = 0;  // <= 0: one per physical core
+  const target::Target* target = nullptr;  // whose kernels and memory; nullptr: the default target
 };
 
 struct ExecStats {
@@ -70,6 +76,7 @@ class Executable {
   void* resolve(const Loc& l, const std::vector<const void*>& in, const std::vector<void*>& out) const;
 
   ecg::Graph graph_;
+  const target::Target* target_ = nullptr;
   ThreadPool* pool_ = nullptr;
   std::vector<Loc> loc_;
   std::vector<Bound> steps_;

@@ -1,7 +1,6 @@
 #include "runtime/op_kernels.h"
 
 #include <algorithm>
-#include <unordered_map>
 
 #include "common/error.h"
 
@@ -43,46 +42,6 @@ std::string require_dtypes(const ecg::Graph& g, const ecg::Node& n, std::initial
     if (!ok(g.value(v).dtype))
       return std::string("output dtype ") + dtype_name(g.value(v).dtype) + " is not supported by the core kernel (supported: " + list() + ")";
   return "";
-}
-
-namespace {
-const std::unordered_map<std::string, OpKernel>& table() {
-  static const std::unordered_map<std::string, OpKernel> t = [] {
-    KernelTable kt;
-    register_view_ops(kt);
-    register_elementwise_ops(kt);
-    register_nn_ops(kt);
-    register_misc_ops(kt);
-    std::unordered_map<std::string, OpKernel> m;
-    for (auto& [name, k] : kt)
-      if (!m.emplace(name, k).second) DNNF_THROW("kernel for op '", name, "' registered twice");
-    return m;
-  }();
-  return t;
-}
-}  // namespace
-
-const OpKernel* find_kernel(const std::string& op) {
-  auto it = table().find(op);
-  return it == table().end() ? nullptr : &it->second;
-}
-
-std::string check_node(const ecg::Graph& g, const ecg::Node& n) {
-  const OpKernel* k = find_kernel(n.op);
-  if (!k) return "no CPU kernel for op '" + n.op + "'";
-  if (!k->check) return "";
-  try {
-    return k->check(g, n);
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
-
-std::vector<std::string> kernel_op_names() {
-  std::vector<std::string> names;
-  for (const auto& [k, v] : table()) names.push_back(k);
-  std::sort(names.begin(), names.end());
-  return names;
 }
 
 }  // namespace dnnfusion::runtime

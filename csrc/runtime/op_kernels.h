@@ -1,6 +1,7 @@
-// Binds ECG ops to CPU kernels: for each op, whether this node can run in the core (and why not),
-// how much scratch it needs, how to run it, and — for data-movement ops — the strided view of its
-// input that it computes (the executor aliases contiguous views instead of copying them).
+// The contract between the executor and a target's kernels: for each op, whether this node can run
+// (and why not), how much scratch it needs, how to run it, and — for data-movement ops — the
+// strided view of its input that it computes (the executor aliases contiguous views instead of
+// copying them). Which kernels exist is each target's business (csrc/target/target.h).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -59,18 +60,11 @@ struct OpKernel {
   bool strided_output = false;
 };
 
-// nullptr if the core has no kernel for the op.
-const OpKernel* find_kernel(const std::string& op);
-// "" if the node can run in the core, else why not (unknown op, dtype, attribute...).
-std::string check_node(const ecg::Graph& g, const ecg::Node& n);
-std::vector<std::string> kernel_op_names();
-
-// Registration, one function per binding file (called once by find_kernel).
+// A target's kernel table (csrc/target/target.h): op name -> kernel, filled once per target.
 using KernelTable = std::vector<std::pair<std::string, OpKernel>>;
+// The data-movement ops (view, permute, expand, slice, split...): pure index arithmetic that any
+// target whose buffers are addressable by strides can register as it is.
 void register_view_ops(KernelTable& t);
-void register_elementwise_ops(KernelTable& t);
-void register_nn_ops(KernelTable& t);
-void register_misc_ops(KernelTable& t);
 
 // Helpers shared by the binding files.
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);

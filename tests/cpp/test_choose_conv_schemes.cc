@@ -1,4 +1,4 @@
-// Conv scheme choice (csrc/layout/choose_conv_schemes): heuristic schemes follow the producer's
+// Conv scheme choice (csrc/target/cpu/layout/choose_conv_schemes): heuristic schemes follow the producer's
 // block; tuning measures into the database and a second compile reads it back and runs the
 // global search; local search and global search both give graphs that compute the same values.
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 #include "ecg/verifier.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
-#include "layout/choose_conv_schemes.h"
-#include "layout/propagate_blocked_layout.h"
-#include "layout/tuning_db.h"
+#include "target/cpu/layout/choose_conv_schemes.h"
+#include "target/cpu/layout/propagate_blocked_layout.h"
+#include "target/cpu/layout/tuning_db.h"
 #include "rewrite_test_util.h"
 
 namespace dnnfusion {

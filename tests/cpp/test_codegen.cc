@@ -7,9 +7,9 @@
 #include <cstdlib>
 #include <random>
 
-#include "codegen/fused_codegen.h"
+#include "target/cpu/codegen/fused_codegen.h"
 #include "codegen/expr_rules.h"
-#include "codegen/jit_compiler.h"
+#include "target/cpu/codegen/jit_compiler.h"
 #include "codegen/view_compose.h"
 #include "common/error.h"
 #include "kernel_test_util.h"

@@ -1,6 +1,7 @@
 // ECG graph building, op registry classification, and the verifier's invariants.
 #include <gtest/gtest.h>
 
+#include "target/target.h"
 #include "common/error.h"
 #include "ecg/graph.h"
 #include "ecg/op_registry.h"
@@ -99,8 +100,8 @@ TEST(OpRegistry, TvmPatternKindsAndProperties) {
 }
 
 TEST(OpRegistry, EveryRegisteredOpHasACpuKernelAndViceVersa) {
-  for (const auto& op : all_ops()) EXPECT_NE(runtime::find_kernel(op.name), nullptr) << op.name << " has no CPU kernel";
-  for (const auto& name : runtime::kernel_op_names()) EXPECT_NE(find_op(name), nullptr) << name << " is not in the registry";
+  for (const auto& op : all_ops()) EXPECT_NE(target::registry().get("cpu").find_kernel(op.name), nullptr) << op.name << " has no CPU kernel";
+  for (const auto& name : target::registry().get("cpu").kernel_ops()) EXPECT_NE(find_op(name), nullptr) << name << " is not in the registry";
 }
 
 TEST(OpRegistry, FlopsAndIrs) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "target/target.h"
 #include "ecg/graph.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/gemm.h"
@@ -508,9 +509,9 @@ struct NodeRun {
 NodeRun run_node(const ecg::Graph& g, int id, const std::vector<const void*>& in,
                  const ElementHook* epi, const ElementHook* pro, const Parallel& par) {
   const ecg::Node& n = g.node(id);
-  const runtime::OpKernel* k = runtime::find_kernel(n.op);
+  const runtime::OpKernel* k = target::registry().get("cpu").find_kernel(n.op);
   EXPECT_NE(k, nullptr);
-  EXPECT_EQ(runtime::check_node(g, n), "");
+  EXPECT_EQ(target::registry().get("cpu").supports(g, n), "");
   NodeRun r;
   std::vector<void*> outs;
   for (int v : n.outputs) {
@@ -550,7 +551,7 @@ void check_binding(std::mt19937_64& rng, const std::string& op,
   }
   for (auto& d : data) ptrs.push_back(d.data());
   const int id = g.add_node(op, ins, outs, std::move(attrs));
-  const runtime::OpKernel* k = runtime::find_kernel(op);
+  const runtime::OpKernel* k = target::registry().get("cpu").find_kernel(op);
   ASSERT_NE(k, nullptr);
   ASSERT_TRUE(k->epilogue_hook);
   const NodeRun ref = run_node(g, id, ptrs, nullptr, nullptr, par);
@@ -584,7 +585,7 @@ TEST(FusionHookBindings, AdvertisedExactlyWhereHonoured) {
                            "_log_softmax",   "native_layer_norm", "max_pool2d_with_indices",
                            "avg_pool2d",     "_adaptive_avg_pool2d"};
   for (const char* op : epi_ops) {
-    const runtime::OpKernel* k = runtime::find_kernel(op);
+    const runtime::OpKernel* k = target::registry().get("cpu").find_kernel(op);
     ASSERT_NE(k, nullptr) << op;
     EXPECT_TRUE(k->epilogue_hook) << op;
     const bool row_wise = std::string(op) == "_softmax" || std::string(op) == "_log_softmax" ||
@@ -593,7 +594,7 @@ TEST(FusionHookBindings, AdvertisedExactlyWhereHonoured) {
   }
   for (const char* op : {"_scaled_dot_product_flash_attention_for_cpu", "native_group_norm",
                          "_native_batch_norm_legit_no_training"}) {
-    const runtime::OpKernel* k = runtime::find_kernel(op);
+    const runtime::OpKernel* k = target::registry().get("cpu").find_kernel(op);
     ASSERT_NE(k, nullptr) << op;
     EXPECT_FALSE(k->epilogue_hook) << op;
     EXPECT_FALSE(k->prologue_hook) << op;

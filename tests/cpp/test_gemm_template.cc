@@ -18,8 +18,8 @@
 #include <sstream>
 
 #include "codegen/expr_rules.h"
-#include "codegen/jit_compiler.h"
-#include "codegen/kernel_templates.h"
+#include "target/cpu/codegen/jit_compiler.h"
+#include "target/cpu/codegen/kernel_templates.h"
 #include "kernel_test_util.h"
 #include "kernels/cpu/gemm.h"
 #include "runtime/program.h"

@@ -1,12 +1,12 @@
-// NCHW[x]c layout propagation (csrc/layout): IR in / IR out on small CNN graphs (where transforms
+// NCHW[x]c layout propagation (csrc/target/cpu/layout): IR in / IR out on small CNN graphs (where transforms
 // go, what stays blocked) and numerical equivalence with the NCHW graph through the runtime.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
 #include "ecg/verifier.h"
-#include "layout/fold_input_scale.h"
-#include "layout/fuse_expand_depthwise.h"
-#include "layout/propagate_blocked_layout.h"
+#include "target/cpu/layout/fold_input_scale.h"
+#include "target/cpu/layout/fuse_expand_depthwise.h"
+#include "target/cpu/layout/propagate_blocked_layout.h"
 #include "rewrite_test_util.h"
 
 namespace dnnfusion {

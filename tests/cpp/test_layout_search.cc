@@ -1,4 +1,4 @@
-// Global layout search (csrc/layout/solve_layout_assignment): on random small problems the
+// Global layout search (csrc/target/cpu/layout/solve_layout_assignment): on random small problems the
 // reduction must equal brute force wherever it claims to be exact (chains, trees, series-parallel
 // graphs such as residual blocks), and on dense graphs return a consistent, never-better-than-
 // optimal assignment; malformed problems are errors.
@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "kernel_test_util.h"
-#include "layout/solve_layout_assignment.h"
+#include "target/cpu/layout/solve_layout_assignment.h"
 
 namespace dnnfusion {
 namespace {

@@ -1,4 +1,4 @@
-// pack_gemm_weights (csrc/layout): which GEMMs get a compile-time packed weight (IR in / IR out),
+// pack_gemm_weights (csrc/target/cpu/layout): which GEMMs get a compile-time packed weight (IR in / IR out),
 // that the packing folds away, and that the rewritten graph computes the same values through the
 // runtime alone and through the whole pipeline in every fusion mode (where a GEMM with an
 // element-wise tail runs the generated template reading the packed panels).
@@ -6,7 +6,7 @@
 
 #include "ecg/verifier.h"
 #include "kernels/cpu/gemm.h"
-#include "layout/pack_gemm_weights.h"
+#include "target/cpu/layout/pack_gemm_weights.h"
 #include "pipeline.h"
 #include "rewrite_test_util.h"
 
@@ -90,8 +90,8 @@ TEST(PackGemmWeights, WholePipelineMatchesInEveryFusionMode) {
     opts.tuning_db = "";
     Compiled c = compile_graph(g, opts);
     // Rewriting may first merge y + z into one GEMM (mm(X,W1) + mm(X,W2) -> mm(X, W1+W2)).
-    EXPECT_GE(c.gemms_packed, 2);
-    EXPECT_EQ(count_op(c.exe->graph(), "mm_packed"), c.gemms_packed);
+    EXPECT_GE(c.stats.target_counters.at("gemms_packed"), 2);
+    EXPECT_EQ(count_op(c.exe->graph(), "mm_packed"), c.stats.target_counters.at("gemms_packed"));
     if (mode != fusion::Mode::None) {  // relu(addmm) runs as the template with the relu inlined
       bool templated = false;
       for (const auto& b : c.blocks)

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_features.h"
-#include "layout/tuning_db.h"
+#include "target/cpu/layout/tuning_db.h"
 
 using dnnfusion::kernels::Conv2dShape;
 using dnnfusion::layout::TuningDb;

@@ -62,9 +62,9 @@ def test_layout_modes_match_eager(layout, fusion, tmp_path):
         ref = m(x)
     y, regions = _run(m, x, {"layout": layout, "fusion": fusion, "tuning_db": str(tmp_path / "db.txt")})
     assert _close(y, ref), (y - ref).abs().max()
-    blocked = sum(r["convs_blocked"] for r in regions)
+    blocked = sum(r.target_counters["convs_blocked"] for r in regions)
     assert blocked == (0 if layout is False else 5), blocked  # 5 of the 6 convs have blockable channels
-    propagated = sum(r["layout_propagated"] for r in regions)
+    propagated = sum(r.target_counters["layout_propagated"] for r in regions)
     if layout in (True, "local"):
         assert propagated > 0
     else:
@@ -78,13 +78,13 @@ def test_tune_fills_the_database_and_the_next_compile_reads_it(tmp_path, capfd):
         ref = m(x)
     y, regions = _run(m, x, {"tune": True, "tuning_db": str(db)})
     assert _close(y, ref)
-    assert sum(r["convs_tuned_now"] for r in regions) > 0
+    assert sum(r.target_counters["convs_tuned_now"] for r in regions) > 0
     assert "tuning convolutions" in capfd.readouterr().err  # the progress bar
     assert db.exists() and db.read_text().startswith("dnnfusion-tuning-db")
     y2, regions2 = _run(m, x, {"tuning_db": str(db)})
     assert _close(y2, ref)
-    assert sum(r["convs_tuned_now"] for r in regions2) == 0
-    assert {r["layout_method"] for r in regions2 if r["convs_blocked"]} == {"global (exact)"}
+    assert sum(r.target_counters["convs_tuned_now"] for r in regions2) == 0
+    assert {r.target_notes["layout_method"] for r in regions2 if r.target_counters["convs_blocked"]} == {"global (exact)"}
 
 
 def test_corrupt_tuning_database_is_rebuilt_with_a_warning(tmp_path, capfd):
@@ -140,7 +140,7 @@ def test_unfoldable_batch_norm_stays_blocked():
         ref = m(x)
     y, regions = _run(m, x, {"tuning_db": ""})
     assert _close(y, ref), (y - ref).abs().max()
-    to_blocked, to_plain, reblocked = (sum(r["layout_transforms"][i] for r in regions) for i in range(3))
+    to_blocked, to_plain, reblocked = (sum(r.target_counters[("layout_to_blocked", "layout_to_plain", "layout_reblocked")[i]] for r in regions) for i in range(3))
     # Only the graph input and output change layout: the BN no longer forces NCHW in between.
     assert (to_blocked, to_plain) == (1, 1), (to_blocked, to_plain, reblocked)
     text = str(dnnfusion.explain(m, x, options={"tuning_db": ""}, compare_modes=False))
@@ -170,8 +170,8 @@ def test_tune_command_prefills_the_database(tmp_path):
         ref = m(x)
     y, regions = _run(m, x, {"tuning_db": str(db), "threads": 2})
     assert _close(y, ref)
-    assert sum(r["convs_tuned_now"] for r in regions) == 0
-    assert sum(r["convs_blocked"] for r in regions) == 20
+    assert sum(r.target_counters["convs_tuned_now"] for r in regions) == 0
+    assert sum(r.target_counters["convs_blocked"] for r in regions) == 20
 
 
 def test_unknown_model_in_tune_command_is_a_clear_error():
@@ -220,13 +220,13 @@ def test_expand_depthwise_fusion_matches_eager(fuse, tmp_path):
     opts = {"fuse_expand_depthwise": fuse, "tuning_db": str(tmp_path / "db.txt")}
     y, regions = _run(m, x, opts)
     assert _close(y, ref), (y - ref).abs().max()
-    assert sum(r["expand_dw_fused"] for r in regions) == (4 if fuse else 0)
+    assert sum(r.target_counters["expand_dw_fused"] for r in regions) == (4 if fuse else 0)
     torch._dynamo.reset()
     rep = str(dnnfusion.explain(m, x, options=opts, compare_modes=False))
     assert ("expand + depthwise convs fused : 4" in rep) == fuse
     # TVM's rules never fuse two convolutions: the option changes nothing there.
     y, regions = _run(m, x, dict(opts, fusion="tvm"))
-    assert _close(y, ref) and sum(r["expand_dw_fused"] for r in regions) == 0
+    assert _close(y, ref) and sum(r.target_counters["expand_dw_fused"] for r in regions) == 0
     with pytest.raises(ValueError, match="fuse_expand_depthwise"):
         dnnfusion.options.parse_options({"fuse_expand_depthwise": 1})
 
@@ -266,9 +266,9 @@ def test_winograd_convs_match_eager(winograd, tmp_path):
     for fusion in ("dnnfusion", "none"):
         y, regions = _run(m, x, dict(opts, fusion=fusion, layout=True))
         assert _close(y, ref), (fusion, (y - ref).abs().max())
-        f2, f4 = (sum(r["convs_winograd"][i] for r in regions) for i in range(2))
+        f2, f4 = (sum(r.target_counters[("convs_winograd_f2", "convs_winograd_f4")[i]] for r in regions) for i in range(2))
         assert (f2, f4) == ((1, 2) if winograd else (0, 0)), (fusion, f2, f4)
-        assert sum(r["convs_blocked"] for r in regions) == 6
+        assert sum(r.target_counters["convs_blocked"] for r in regions) == 6
     torch._dynamo.reset()
     rep = str(dnnfusion.explain(m, x, options=opts, compare_modes=False))
     assert ("as Winograd                : 2 F(4x4, 3x3), 1 F(2x2, 3x3)" in rep) == winograd, rep
@@ -314,6 +314,6 @@ def test_grouped_convs_run_blocked_and_match_eager(tmp_path):
         y, regions = _run(m, x, dict(opts, fusion=fusion))
         assert _close(y, ref), (fusion, (y - ref).abs().max())
         # stem, the block's three, wide, mult; odd too where 6-channel groups fit a block (scalar).
-        assert sum(r["convs_blocked"] for r in regions) == (6 if vector else 7), fusion
+        assert sum(r.target_counters["convs_blocked"] for r in regions) == (6 if vector else 7), fusion
     y, regions = _run(m, x, dict(opts, layout=False))
-    assert _close(y, ref) and sum(r["convs_blocked"] for r in regions) == 0
+    assert _close(y, ref) and sum(r.target_counters["convs_blocked"] for r in regions) == 0

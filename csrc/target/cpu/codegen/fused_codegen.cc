@@ -1,4 +1,4 @@
-#include "codegen/fused_codegen.h"
+#include "target/cpu/codegen/fused_codegen.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -8,13 +8,16 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/block_plan.h"
+#include "codegen/expr_dag.h"
 #include "codegen/expr_rules.h"
-#include "codegen/kernel_templates.h"
+#include "target/cpu/codegen/kernel_templates.h"
 #include "codegen/view_compose.h"
 #include "common/error.h"
 #include "ecg/op_registry.h"
 #include "kernels/cpu/cpu_features.h"
 #include "runtime/op_kernels.h"
+#include "target/cpu/cpu_kernels.h"
 
 namespace dnnfusion::codegen {
 
@@ -23,192 +26,6 @@ using ecg::MappingType;
 using ecg::Node;
 
 namespace {
-
-struct Leaf {
-  int value;
-  StridedView view;
-};
-
-struct Expr {
-  enum class Kind { Leaf, Literal, Op } kind = Kind::Op;
-  int leaf = -1;
-  double literal = 0;
-  int node = -1;
-  std::vector<int> kids;  // -1: absent optional operand
-  bool is_bool = false;
-};
-
-// Thrown while building an expression when an in-block value has no index arithmetic to its
-// consumer: the block then writes that value to memory and starts over.
-struct NeedMaterialize {
-  int value;
-};
-
-std::string view_key(const StridedView& v) {
-  std::ostringstream os;
-  os << v.offset << ':';
-  for (size_t i = 0; i < v.shape.size(); ++i) os << v.shape[i] << '/' << v.strides[i] << ',';
-  return os.str();
-}
-
-// The expression DAG of one stage, hash-consed so equal sub-trees exist once.
-class ExprBuilder {
- public:
-  ExprBuilder(const Graph& g, std::function<bool(int)> is_leaf) : g_(g), is_leaf_(std::move(is_leaf)) {}
-
-  std::vector<Leaf> leaves;
-  std::vector<Expr> exprs;
-
-  int of_value(int v) {
-    auto it = memo_.find(v);
-    if (it != memo_.end()) return it->second;
-    int e = is_leaf_(v) ? make_leaf(v) : expand(v);
-    memo_[v] = e;
-    return e;
-  }
-
-  // Rebuilds e with every leaf view replaced by f(view); nullopt from f aborts (returns -1).
-  int map_leaves(int e, const std::function<std::optional<StridedView>(const StridedView&)>& f) {
-    std::map<int, int> memo;
-    return map_rec(e, f, memo);
-  }
-
-  // Leaves the expression rooted at e reads (the DAG also holds leaves of sub-expressions that
-  // data movement replaced).
-  std::vector<int> reachable_leaves(int e) const {
-    std::vector<int> out;
-    std::set<int> seen;
-    std::function<void(int)> rec = [&](int x) {
-      if (x < 0 || !seen.insert(x).second) return;
-      if (exprs[x].kind == Expr::Kind::Leaf) out.push_back(exprs[x].leaf);
-      for (int k : exprs[x].kids) rec(k);
-    };
-    rec(e);
-    return out;
-  }
-
-  bool references(int e, int value) const {
-    std::set<int> seen;
-    std::function<bool(int)> rec = [&](int x) -> bool {
-      if (x < 0 || !seen.insert(x).second) return false;
-      const Expr& ex = exprs[x];
-      if (ex.kind == Expr::Kind::Leaf) return leaves[ex.leaf].value == value;
-      for (int k : ex.kids)
-        if (rec(k)) return true;
-      return false;
-    };
-    return rec(e);
-  }
-
- private:
-  int intern(Expr ex, const std::string& key) {
-    auto it = index_.find(key);
-    if (it != index_.end()) return it->second;
-    exprs.push_back(std::move(ex));
-    index_[key] = static_cast<int>(exprs.size()) - 1;
-    return static_cast<int>(exprs.size()) - 1;
-  }
-
-  int leaf_expr(int value, const StridedView& view) {
-    std::string key = "L" + std::to_string(value) + "@" + view_key(view);
-    auto it = index_.find(key);
-    if (it != index_.end()) return it->second;
-    leaves.push_back(Leaf{value, view});
-    Expr ex;
-    ex.kind = Expr::Kind::Leaf;
-    ex.leaf = static_cast<int>(leaves.size()) - 1;
-    ex.is_bool = g_.value(value).dtype == DType::Bool;
-    return intern(ex, key);
-  }
-
-  int make_leaf(int v) {
-    const ecg::Value& val = g_.value(v);
-    if (val.kind == ecg::ValueKind::Constant && val.numel() == 1 && val.dtype == DType::Float32 && val.data) {
-      float f;
-      std::memcpy(&f, val.data, sizeof f);
-      Expr ex;
-      ex.kind = Expr::Kind::Literal;
-      ex.literal = f;
-      char key[64];
-      std::snprintf(key, sizeof key, "C%a", static_cast<double>(f));
-      return intern(ex, key);
-    }
-    return leaf_expr(v, StridedView::contiguous(val.shape));
-  }
-
-  int map_rec(int e, const std::function<std::optional<StridedView>(const StridedView&)>& f, std::map<int, int>& memo) {
-    if (e < 0) return e;
-    auto it = memo.find(e);
-    if (it != memo.end()) return it->second;
-    const Expr ex = exprs[e];
-    int r = e;
-    if (ex.kind == Expr::Kind::Leaf) {
-      auto nv = f(leaves[ex.leaf].view);
-      if (!nv) return -2;
-      r = leaf_expr(leaves[ex.leaf].value, *nv);
-    } else if (ex.kind == Expr::Kind::Op) {
-      Expr ne = ex;
-      for (auto& k : ne.kids) {
-        k = map_rec(k, f, memo);
-        if (k == -2) return -2;
-      }
-      r = op_expr(ne);
-    }
-    memo[e] = r;
-    return r;
-  }
-
-  int op_expr(const Expr& ex) {
-    std::string key = "O" + std::to_string(ex.node) + "(";
-    for (int k : ex.kids) key += std::to_string(k) + ",";
-    return intern(ex, key + ")");
-  }
-
-  // Expression of value v in v's own coordinates, from its producer.
-  int expand(int v) {
-    const ecg::Value& val = g_.value(v);
-    const Node& n = g_.node(val.producer);
-    if (is_index_op(n.op)) {
-      const int in = n.inputs[0];
-      int e = of_value(in);
-      int r = map_leaves(e, [&](const StridedView& sv) { return compose_view(g_, n, sv); });
-      if (r == -2) {
-        if (is_leaf_(in)) DNNF_THROW("no index arithmetic for ", g_.describe_node(n.id));
-        throw NeedMaterialize{in};
-      }
-      return r;
-    }
-    const auto& out_shape = val.shape;
-    Expr ex;
-    ex.node = n.id;
-    const bool bn = n.op == "_native_batch_norm_legit_no_training";
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      const int in = n.inputs[i];
-      if (in < 0) {
-        ex.kids.push_back(-1);
-        continue;
-      }
-      int e = of_value(in);
-      const auto& in_shape = g_.value(in).shape;
-      if (bn && i >= 1) {  // per-channel parameter [C] -> [C, 1, ..., 1] against [N, C, ...]
-        std::vector<int64_t> s(out_shape.size() - 1, 1);
-        s[0] = in_shape[0];
-        e = map_leaves(e, [&](const StridedView& sv) { return reshape_view(sv, s); });
-        if (e == -2) throw NeedMaterialize{in};
-        e = map_leaves(e, [&](const StridedView& sv) { return std::optional<StridedView>(broadcast_view(sv, out_shape)); });
-      } else if (in_shape != out_shape) {
-        e = map_leaves(e, [&](const StridedView& sv) { return std::optional<StridedView>(broadcast_view(sv, out_shape)); });
-      }
-      ex.kids.push_back(e);
-    }
-    return op_expr(ex);
-  }
-
-  const Graph& g_;
-  std::function<bool(int)> is_leaf_;
-  std::map<int, int> memo_;
-  std::map<std::string, int> index_;
-};
 
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
@@ -248,12 +65,6 @@ struct ArgTable {
 };
 
 enum class StageKind { Loop, Epilogue, Prologue };
-
-// The view lists its buffer's elements in row-major order of `shape` (strides of size-1 dims do
-// not matter: a batch-1 transpose is the identity).
-bool identity_view(const StridedView& v, const std::vector<int64_t>& shape) {
-  return v.offset == 0 && v.shape == shape && v.is_contiguous();
-}
 
 struct Access {
   int arg;          // pointer-table index (-1: the hook's `data`)
@@ -454,33 +265,6 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
   return add_named_function(fn.str(), functions);
 }
 
-bool is_f32(const Graph& g, int v) { return v >= 0 && g.value(v).dtype == DType::Float32; }
-
-// If `view` (a view of a contiguous tensor of shape `base`) only permutes its dimensions, the
-// strides (over `base`'s shape) at which `base`'s elements sit in a contiguous tensor of the
-// view's shape; empty otherwise.
-std::vector<int64_t> inverse_permutation_strides(const StridedView& view, const std::vector<int64_t>& base) {
-  if (view.offset != 0) return {};
-  const std::vector<int64_t> cb = StridedView::contiguous(base).strides;
-  const std::vector<int64_t> cv = StridedView::contiguous(view.shape).strides;
-  std::vector<int64_t> out(base.size(), 0);
-  std::vector<char> used(base.size(), 0);
-  for (size_t j = 0; j < view.shape.size(); ++j) {
-    if (view.shape[j] == 1) continue;
-    bool found = false;
-    for (size_t i = 0; i < base.size() && !found; ++i)
-      if (!used[i] && base[i] == view.shape[j] && cb[i] == view.strides[j]) {
-        used[i] = 1;
-        out[i] = cv[j];
-        found = true;
-      }
-    if (!found) return {};
-  }
-  for (size_t i = 0; i < base.size(); ++i)
-    if (base[i] != 1 && !used[i]) return {};
-  return out;
-}
-
 }  // namespace
 
 bool free_merge(const Graph& g, const std::vector<int>& block, int cand) {
@@ -515,7 +299,7 @@ bool free_merge(const Graph& g, const std::vector<int>& block, int cand) {
   } else {
     return false;
   }
-  const runtime::OpKernel* k = d >= 0 ? runtime::find_kernel(g.node(d).op) : nullptr;
+  const runtime::OpKernel* k = d >= 0 ? target::cpu::cpu_target().find_kernel(g.node(d).op) : nullptr;
   const int d_out = d >= 0 ? g.node(d).outputs[0] : -1;
   // Reaches the kernel through merged data movement only, and the kernel reads it strided.
   std::function<bool(int)> reaches_strided = [&](int v) {
@@ -668,22 +452,154 @@ bool can_fuse(const Graph& g, int id) {
     return true;
   }
   if (info->mapping == MappingType::ManyToMany) {
-    const runtime::OpKernel* k = runtime::find_kernel(n.op);
-    if (!k || !runtime::check_node(g, n).empty()) return false;
+    const runtime::OpKernel* k = target::cpu::cpu_target().find_kernel(n.op);
+    if (!k || !target::cpu::cpu_target().supports(g, n).empty()) return false;
     return is_f32(g, n.outputs[0]);
   }
   return inline_op_support(g, n).empty();
 }
 
+namespace {
+
+// Emits one fused block's steps from its plan: the stages before the dominant op (aliases or
+// loops), the dominant op's kernel with its prologue/epilogue hooks, strided operands and store
+// strides (or, for a GEMM with an epilogue, the GEMM template instantiated with it inlined), then
+// the stages after it.
+class BlockEmitter {
+ public:
+  BlockEmitter(const Graph& g, const BlockPlan& bp, runtime::Program& prog, std::map<std::string, std::string>& functions,
+               std::vector<std::function<void(const JitModule&)>>& resolvers, BlockReport& rep)
+      : g_(g), bp_(bp), prog_(prog), functions_(functions), resolvers_(resolvers), rep_(rep) {}
+
+  // Returns whether the block instantiated the GEMM template.
+  bool emit() {
+    for (const auto& st : bp_.before) emit_stage(st);
+    if (bp_.dominant >= 0) emit_dominant();
+    for (const auto& st : bp_.after) emit_stage(st);
+    return uses_gemm_template_;
+  }
+
+ private:
+  int expr_of(ExprBuilder& b, int v) const {
+    const int e = b.of_value(v);
+    DNNF_CHECK(e >= 0, "block ", bp_.block, ": the plan left value ", v, " without index arithmetic");
+    return e;
+  }
+
+  std::string block_label() const { return "block " + std::to_string(bp_.block); }
+
+  void emit_stage(const BlockPlan::Stage& st) {
+    const int v = st.value;
+    if (st.alias) {
+      prog_.aliases.push_back(runtime::Alias{v, st.alias_of, st.elem_offset * static_cast<int64_t>(dtype_size(g_.value(v).dtype)),
+                                             static_cast<int>(prog_.steps.size()) - 1});
+      rep_.steps.push_back("alias");
+      return;
+    }
+    ExprBuilder b(g_, bp_.leaves_of(g_, v));
+    const int e = expr_of(b, v);
+    ArgTable args;
+    const std::string fname = emit_function(StageKind::Loop, g_, b, {e}, {v}, g_.value(v).shape, -1, args, functions_);
+    runtime::Step s;
+    s.kind = runtime::Step::Kind::Generated;
+    s.args = args.values;
+    s.reads.assign(args.values.begin(), args.values.end() - 1);
+    s.writes = {v};
+    s.block = bp_.block;
+    s.label = block_label() + " loop " + fname;
+    const size_t global = prog_.steps.size();
+    prog_.steps.push_back(std::move(s));
+    rep_.steps.push_back("loop");
+    runtime::Program& prog = prog_;
+    resolvers_.push_back([&prog, global, fname](const JitModule& m) {
+      prog.steps[global].fn = reinterpret_cast<runtime::GeneratedFn>(m.symbol(fname));
+    });
+  }
+
+  std::string emit_hook(StageKind kind, int value, int self, ArgTable& args) {
+    ExprBuilder b(g_, bp_.leaves_of(g_, value));
+    const int e = expr_of(b, value);
+    return emit_function(kind, g_, b, {e}, {}, g_.value(value).shape, self, args, functions_);
+  }
+
+  void emit_dominant() {
+    const int d = bp_.dominant;
+    const Node& dn = g_.node(d);
+    const int d_out = dn.outputs[0];
+    runtime::Step s;
+    s.node = d;
+    s.block = bp_.block;
+    s.label = block_label() + ": " + dn.op;
+    ArgTable args;
+    std::string pro_name, epi_name;
+    if (bp_.prologue_value >= 0) pro_name = emit_hook(StageKind::Prologue, bp_.prologue_value, -1, args);
+    if (bp_.epilogue_target >= 0) epi_name = emit_hook(StageKind::Epilogue, bp_.epilogue_target, d_out, args);
+    s.args = args.values;
+    s.out_strides = bp_.store_strides;
+    for (const auto& so : bp_.strided_operands) {
+      s.input_views.push_back(runtime::Step::InputView{so.slot, so.value, so.strides, so.offset});
+      s.reads.push_back(so.value);
+    }
+    for (int in : dn.inputs)
+      if (in >= 0 && in != bp_.prologue_value && (!bp_.produced_inside(g_, in) || bp_.is_materialized(in)))
+        s.reads.push_back(in);
+    for (int a : args.values) s.reads.push_back(a);
+    // GEMMs with an epilogue instantiate the kernel template with the epilogue inlined.
+    std::string gemm_name;
+    if (bp_.epilogue_target >= 0 && bp_.prologue_value < 0 && std::getenv("DNNFUSION_NO_GEMM_TEMPLATE") == nullptr) {
+      gemm_name = emit_template_gemm(g_, dn, s.input_views, epi_name, bp_.epilogue_target, args, functions_);
+      if (!gemm_name.empty()) {
+        s.kind = runtime::Step::Kind::Generated;
+        s.args = args.values;
+        s.input_views.clear();
+        s.reads.clear();
+        for (int v : args.values)
+          if (v != bp_.epilogue_target) s.reads.push_back(v);
+        s.label = block_label() + ": " + dn.op + "<epilogue> " + gemm_name;
+        uses_gemm_template_ = true;
+      }
+    }
+    const int out_target = bp_.epilogue_target >= 0 ? bp_.epilogue_target : bp_.store_target;
+    if (!gemm_name.empty())
+      s.writes = {bp_.epilogue_target};
+    else
+      for (size_t slot = 0; slot < dn.outputs.size(); ++slot)
+        s.writes.push_back(slot == 0 && out_target >= 0 ? out_target : dn.outputs[slot]);
+    const size_t global = prog_.steps.size();
+    prog_.steps.push_back(std::move(s));
+    if (out_target >= 0) prog_.aliases.push_back(runtime::Alias{d_out, out_target, 0, static_cast<int>(global)});
+    rep_.steps.push_back(!gemm_name.empty() ? "gemm template+inlined epilogue"
+                                            : std::string(bp_.prologue_value >= 0 ? "prologue+" : "") + "kernel" +
+                                                  (bp_.epilogue_target >= 0 ? "+epilogue" : "") +
+                                                  (bp_.store_target >= 0 ? "+strided store" : ""));
+    runtime::Program& prog = prog_;
+    if (!gemm_name.empty())
+      resolvers_.push_back([&prog, global, gemm_name](const JitModule& m) {
+        prog.steps[global].fn = reinterpret_cast<runtime::GeneratedFn>(m.symbol(gemm_name));
+      });
+    else
+      resolvers_.push_back([&prog, global, pro_name, epi_name](const JitModule& m) {
+        if (!pro_name.empty()) prog.steps[global].prologue = reinterpret_cast<runtime::HookFn>(m.symbol(pro_name));
+        if (!epi_name.empty()) prog.steps[global].epilogue = reinterpret_cast<runtime::HookFn>(m.symbol(epi_name));
+      });
+  }
+
+  const Graph& g_;
+  const BlockPlan& bp_;
+  runtime::Program& prog_;
+  std::map<std::string, std::string>& functions_;
+  std::vector<std::function<void(const JitModule&)>>& resolvers_;
+  BlockReport& rep_;
+  bool uses_gemm_template_ = false;
+};
+
+}  // namespace
+
 int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
   results_.push_back(std::make_unique<CodegenResult>());
   CodegenResult& res = *results_.back();
-  std::map<std::string, std::string>& functions = functions_;
-  std::vector<std::function<void(const JitModule&)>>& resolvers = resolvers_;
   runtime::Program& prog = res.program;
   prog.blocks = static_cast<int>(plan.blocks.size());
-  const size_t nv = g.values().size();
-
   for (size_t bi = 0; bi < plan.blocks.size(); ++bi) {
     const fusion::Block& blk = plan.blocks[bi];
     BlockReport rep;
@@ -701,274 +617,15 @@ int CodegenUnit::add(const Graph& g, const fusion::Plan& plan) {
       res.blocks.push_back(std::move(rep));
       continue;
     }
-    std::vector<char> in_block(g.nodes().size(), 0);
-    for (int n : blk.nodes) in_block[n] = 1;
-    auto produced_in_block = [&](int v) { return v >= 0 && g.value(v).producer >= 0 && in_block[g.value(v).producer]; };
-    std::set<int> mat;
-    for (int n : blk.nodes)
-      for (int v : g.node(n).outputs) {
-        const auto& val = g.value(v);
-        bool external = val.is_output;
-        for (int u : val.users)
-          if (!in_block[u]) external = true;
-        if (external) mat.insert(v);
-      }
-    const int d = blk.dominant;
-    const runtime::OpKernel* dk = d >= 0 ? runtime::find_kernel(g.node(d).op) : nullptr;
-    std::vector<char> pre(g.nodes().size(), 0);  // in-block ancestors of the dominant op
-    int prologue_value = -1;
-    if (d >= 0) {
-      std::vector<int> stack(g.node(d).inputs.begin(), g.node(d).inputs.end());
-      while (!stack.empty()) {
-        int v = stack.back();
-        stack.pop_back();
-        if (!produced_in_block(v) || pre[g.value(v).producer]) continue;
-        pre[g.value(v).producer] = 1;
-        for (int in : g.node(g.value(v).producer).inputs) stack.push_back(in);
-      }
-      const Node& dn = g.node(d);
-      for (size_t i = 0; i < dn.inputs.size(); ++i) {
-        int v = dn.inputs[i];
-        if (!produced_in_block(v)) continue;
-        if (i == 0 && dk->prologue_hook && is_f32(g, v) && !mat.count(v) &&
-            std::count(dn.inputs.begin(), dn.inputs.end(), v) == 1)
-          prologue_value = v;
-        else if (!(dk->strided_inputs >> i & 1u))
-          mat.insert(v);
-        // else: read through index arithmetic if the value is a pure view (decided below)
-      }
-    }
-    const int d_out = d >= 0 ? g.node(d).outputs[0] : -1;
-    // In-block nodes that depend on the dominant op (it included); node ids are topological.
-    std::vector<char> after_d(g.nodes().size(), 0);
-    if (d >= 0) {
-      std::vector<int> sorted(blk.nodes.begin(), blk.nodes.end());
-      std::sort(sorted.begin(), sorted.end());
-      for (int n : sorted) {
-        if (n == d) after_d[n] = 1;
-        for (int in : g.node(n).inputs)
-          if (produced_in_block(in) && after_d[g.value(in).producer]) after_d[n] = 1;
-      }
-    }
-    std::vector<runtime::Step> steps;
-    std::vector<runtime::Alias> aliases;
-    int epilogue_target = -1, store_target = -1;
-    for (int attempt = 0;; ++attempt) {
-      DNNF_CHECK(attempt <= static_cast<int>(nv), "code generation for block ", bi, " does not converge");
-      steps.clear();
-      aliases.clear();
-      epilogue_target = -1;
-      store_target = -1;
-      const size_t step_base = prog.steps.size();
-      try {
-        std::vector<int> order(mat.begin(), mat.end());
-        std::sort(order.begin(), order.end(), [&](int a, int b) {
-          int pa = g.value(a).producer, pb = g.value(b).producer;
-          return pa != pb ? pa < pb : a < b;
-        });
-        auto leaf_pred = [&](int top) {
-          return [&, top](int v) {
-            if (!produced_in_block(v)) return true;
-            if (g.value(v).producer == d) return true;
-            return v != top && mat.count(v) > 0;
-          };
-        };
-        // Loop stage (or alias) for one materialized value.
-        auto emit_value = [&](int v) {
-          ExprBuilder b(g, leaf_pred(v));
-          int e = b.of_value(v);
-          const Expr& ex = b.exprs[e];
-          if (ex.kind == Expr::Kind::Leaf && !g.value(v).is_output && b.leaves[ex.leaf].view.is_contiguous()) {
-            const Leaf& l = b.leaves[ex.leaf];
-            aliases.push_back(runtime::Alias{v, l.value, l.view.offset * static_cast<int64_t>(dtype_size(g.value(v).dtype)),
-                                             static_cast<int>(step_base + steps.size()) - 1});
-            rep.steps.push_back("alias");
-            return;
-          }
-          ArgTable args;
-          std::string fname = emit_function(StageKind::Loop, g, b, {e}, {v}, g.value(v).shape, -1, args, functions);
-          runtime::Step s;
-          s.kind = runtime::Step::Kind::Generated;
-          s.args = args.values;
-          s.reads.assign(args.values.begin(), args.values.end() - 1);
-          s.writes = {v};
-          s.block = static_cast<int>(bi);
-          s.label = "block " + std::to_string(bi) + " loop " + fname;
-          const size_t idx = steps.size();
-          resolvers.push_back(nullptr);  // placeholder replaced below
-          steps.push_back(std::move(s));
-          rep.steps.push_back("loop");
-          const std::string fn_name = fname;
-          const size_t global = step_base + idx;
-          resolvers.back() = [&prog, global, fn_name](const JitModule& m) {
-            prog.steps[global].fn = reinterpret_cast<runtime::GeneratedFn>(m.symbol(fn_name));
-          };
-        };
-        rep.steps.clear();
-        const size_t resolver_base = resolvers.size();
-        try {
-          // 1. values before the dominant op: its in-block inputs, and values that do not depend
-          // on it (e.g. a re-blocked residual) — its epilogue may read them
-          for (int v : order)
-            if (d >= 0 && (pre[g.value(v).producer] || !after_d[g.value(v).producer])) emit_value(v);
-          // 2. the dominant op with its hooks
-          if (d >= 0) {
-            std::vector<int> post;
-            for (int v : order)
-              if (after_d[g.value(v).producer] && g.value(v).producer != d) post.push_back(v);
-            if (dk->epilogue_hook && is_f32(g, d_out) && !mat.count(d_out)) {
-              int candidates = 0, target = -1;
-              bool ok = true;
-              for (int v : post) {
-                ExprBuilder b(g, leaf_pred(v));
-                int e = b.of_value(v);
-                if (!b.references(e, d_out)) continue;
-                ++candidates;
-                target = v;
-                // In place: the target must list d_out's elements in d_out's own order (a reshape of
-                // it at most), so element i of the kernel's output becomes element i of the target.
-                if (g.value(v).numel() != g.value(d_out).numel() || g.value(v).dtype != DType::Float32) ok = false;
-                for (int li : b.reachable_leaves(e)) {
-                  const Leaf& l = b.leaves[li];
-                  if (l.value == d_out && !identity_view(l.view, g.value(v).shape)) ok = false;
-                }
-              }
-              if (candidates == 1 && ok) epilogue_target = target;
-            }
-            // A permute of the kernel's output (its only reader) becomes the kernel's store strides.
-            std::vector<int64_t> out_strides;
-            store_target = -1;
-            if (epilogue_target < 0 && !mat.count(d_out) && dk->strided_output && is_f32(g, d_out) &&
-                !g.value(d_out).is_output && g.value(d_out).users.size() == 1 && in_block[g.value(d_out).users[0]] &&
-                is_index_op(g.node(g.value(d_out).users[0]).op)) {
-              const int u = g.node(g.value(d_out).users[0]).outputs[0];
-              ExprBuilder b(g, leaf_pred(u));
-              const Expr& ex = b.exprs[b.of_value(u)];
-              if (ex.kind == Expr::Kind::Leaf && b.leaves[ex.leaf].value == d_out && is_f32(g, u)) {
-                out_strides = inverse_permutation_strides(b.leaves[ex.leaf].view, g.value(d_out).shape);
-                if (!out_strides.empty()) {
-                  if (!mat.count(u)) throw NeedMaterialize{u};
-                  store_target = u;
-                }
-              }
-            }
-            if (epilogue_target < 0 && store_target < 0 && !mat.count(d_out)) throw NeedMaterialize{d_out};
-            runtime::Step s;
-            s.node = d;
-            s.block = static_cast<int>(bi);
-            s.label = "block " + std::to_string(bi) + ": " + g.node(d).op;
-            ArgTable args;
-            std::string pro_name, epi_name;
-            if (prologue_value >= 0) {
-              ExprBuilder b(g, leaf_pred(prologue_value));
-              int e = b.of_value(prologue_value);
-              pro_name = emit_function(StageKind::Prologue, g, b, {e}, {}, g.value(prologue_value).shape, -1, args, functions);
-            }
-            if (epilogue_target >= 0) {
-              ExprBuilder b(g, leaf_pred(epilogue_target));
-              int e = b.of_value(epilogue_target);
-              epi_name = emit_function(StageKind::Epilogue, g, b, {e}, {}, g.value(epilogue_target).shape, d_out, args, functions);
-            }
-            s.args = args.values;
-            s.out_strides = out_strides;
-            // Operands that are data movement of a materialized value: the kernel reads them strided.
-            const Node& dn = g.node(d);
-            for (size_t i = 0; i < dn.inputs.size(); ++i) {
-              const int v = dn.inputs[i];
-              if (!produced_in_block(v) || v == prologue_value || mat.count(v)) continue;
-              ExprBuilder b(g, leaf_pred(v));
-              int e = b.of_value(v);
-              const Expr& ex = b.exprs[e];
-              if (ex.kind != Expr::Kind::Leaf) throw NeedMaterialize{v};
-              const Leaf& l = b.leaves[ex.leaf];
-              s.input_views.push_back(runtime::Step::InputView{static_cast<int>(i), l.value, l.view.strides, l.view.offset});
-              s.reads.push_back(l.value);
-            }
-            for (int in : dn.inputs)
-              if (in >= 0 && in != prologue_value && (!produced_in_block(in) || mat.count(in))) s.reads.push_back(in);
-            for (int a : args.values) s.reads.push_back(a);
-            // GEMMs with an epilogue instantiate the kernel template with the epilogue inlined.
-            std::string gemm_name;
-            if (epilogue_target >= 0 && prologue_value < 0 && std::getenv("DNNFUSION_NO_GEMM_TEMPLATE") == nullptr) {
-              gemm_name = emit_template_gemm(g, dn, s.input_views, epi_name, epilogue_target, args, functions);
-              if (!gemm_name.empty()) {
-                s.kind = runtime::Step::Kind::Generated;
-                s.args = args.values;
-                s.input_views.clear();
-                s.reads.clear();
-                for (int v : args.values)
-                  if (v != epilogue_target) s.reads.push_back(v);
-                s.label = "block " + std::to_string(bi) + ": " + dn.op + "<epilogue> " + gemm_name;
-                uses_gemm_template_ = true;
-              }
-            }
-            const int out_target = epilogue_target >= 0 ? epilogue_target : store_target;
-            if (!gemm_name.empty())
-              s.writes = {epilogue_target};
-            else
-              for (size_t slot = 0; slot < g.node(d).outputs.size(); ++slot)
-                s.writes.push_back(slot == 0 && out_target >= 0 ? out_target : g.node(d).outputs[slot]);
-            const size_t global = step_base + steps.size();
-            steps.push_back(std::move(s));
-            if (out_target >= 0)
-              aliases.push_back(runtime::Alias{d_out, out_target, 0, static_cast<int>(global)});
-            rep.steps.push_back(!gemm_name.empty() ? "gemm template+inlined epilogue"
-                                                   : std::string(prologue_value >= 0 ? "prologue+" : "") + "kernel" +
-                                                         (epilogue_target >= 0 ? "+epilogue" : "") +
-                                                         (store_target >= 0 ? "+strided store" : ""));
-            if (!gemm_name.empty())
-              resolvers.push_back([&prog, global, gemm_name](const JitModule& m) {
-                prog.steps[global].fn = reinterpret_cast<runtime::GeneratedFn>(m.symbol(gemm_name));
-              });
-            else
-              resolvers.push_back([&prog, global, pro_name, epi_name](const JitModule& m) {
-                if (!pro_name.empty()) prog.steps[global].prologue = reinterpret_cast<runtime::HookFn>(m.symbol(pro_name));
-                if (!epi_name.empty()) prog.steps[global].epilogue = reinterpret_cast<runtime::HookFn>(m.symbol(epi_name));
-              });
-            // 3. values after it
-            for (int v : post)
-              if (v != epilogue_target && v != store_target) emit_value(v);
-          } else {
-            for (int v : order) emit_value(v);
-          }
-        } catch (...) {
-          resolvers.resize(resolver_base);
-          throw;
-        }
-      } catch (const NeedMaterialize& m) {
-        DNNF_CHECK(!mat.count(m.value), "code generation for block ", bi, " needs value ", m.value, " twice");
-        mat.insert(m.value);
-        continue;
-      }
-      break;
-    }
-    // Report: bytes the block writes for its own use, and how each in-block edge was realized.
-    for (int v : mat) {
-      bool internal = !g.value(v).is_output;
-      for (int u : g.value(v).users)
-        if (!in_block[u]) internal = false;
-      if (internal) rep.internal_bytes += g.value(v).nbytes();
-    }
-    for (int n : blk.nodes)
-      for (int in : g.node(n).inputs) {
-        if (!produced_in_block(in)) continue;
-        const Node& p = g.node(g.value(in).producer);
-        const Node& c = g.node(n);
-        std::string rule;
-        if (in == d_out && epilogue_target >= 0) rule = "epilogue";
-        else if (in == d_out && store_target >= 0) rule = "strided store";
-        else if (mat.count(in) || in == d_out) rule = "materialized";
-        else if (n == d) rule = in == prologue_value ? "prologue" : "strided operand";
-        else if (is_index_op(c.op)) rule = "index arithmetic";
-        else rule = "inline";
-        res.edge_rules[std::string(ecg::mapping_type_name(p.info->mapping)) + " -> " + ecg::mapping_type_name(c.info->mapping) +
-                       ": " + rule]++;
-      }
-    for (auto& s : steps) prog.steps.push_back(std::move(s));
-    for (auto& a : aliases) prog.aliases.push_back(a);
+    const runtime::OpKernel* dk =
+        blk.dominant >= 0 ? target::cpu::cpu_target().find_kernel(g.node(blk.dominant).op) : nullptr;
+    const BlockPlan bp = plan_block(g, plan, static_cast<int>(bi), dk);
+    if (BlockEmitter(g, bp, prog, functions_, resolvers_, rep).emit()) uses_gemm_template_ = true;
+    for (const auto& [rule, n] : bp.edge_rules) res.edge_rules[rule] += n;
+    rep.internal_bytes = bp.internal_bytes;
     res.blocks.push_back(std::move(rep));
   }
-  res.functions = static_cast<int>(functions.size());  // so far; compile() sets the unit's total
+  res.functions = static_cast<int>(functions_.size());  // so far; compile() sets the unit's total
   return static_cast<int>(results_.size()) - 1;
 }
 
@@ -997,7 +654,7 @@ void CodegenUnit::compile() {
 
 int m2m_input_fusible(const Graph& g, int m2m, int v) {
   const Node& n = g.node(m2m);
-  const runtime::OpKernel* k = runtime::find_kernel(n.op);
+  const runtime::OpKernel* k = target::cpu::cpu_target().find_kernel(n.op);
   if (!k || v < 0) return fusion::PlanHooks::kNo;
   bool all_strided = true, prologue = false;
   for (size_t i = 0; i < n.inputs.size(); ++i) {

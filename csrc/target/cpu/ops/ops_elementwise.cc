@@ -7,8 +7,11 @@
 #include "common/error.h"
 #include "kernels/cpu/elementwise.h"
 #include "runtime/op_kernels.h"
+#include "target/cpu/cpu_kernels.h"
 
-namespace dnnfusion::runtime {
+namespace dnnfusion::target::cpu {
+
+using namespace runtime;  // the kernel contract (OpKernel, KernelCall) and its helpers
 
 using ecg::Graph;
 using ecg::Node;
@@ -169,4 +172,4 @@ void register_elementwise_ops(KernelTable& t) {
   t.emplace_back("masked_fill", OpKernel{check_ternary, nullptr, run_masked_fill, nullptr});
 }
 
-}  // namespace dnnfusion::runtime
+}  // namespace dnnfusion::target::cpu

@@ -1,4 +1,4 @@
-#include "layout/propagate_blocked_layout.h"
+#include "target/cpu/layout/propagate_blocked_layout.h"
 
 #include <algorithm>
 #include <map>

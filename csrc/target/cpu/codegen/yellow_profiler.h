@@ -12,22 +12,17 @@
 #include <vector>
 
 #include "ecg/graph.h"
+#include "target/target.h"
 
 namespace dnnfusion::codegen {
 
-struct YellowQuery {
-  std::vector<int> block;  // node ids, ascending
-  int candidate = -1;
-};
-
-struct YellowTiming {
-  double fused_us = 0;
-  double separate_us = 0;
-};
+using target::YellowQuery;
+using target::YellowTiming;
 
 // What identifies a measurement: every node's op, mapping type, shapes/dtypes and attributes.
 std::string yellow_key(const ecg::Graph& g, const YellowQuery& q);
 
-std::vector<YellowTiming> measure_yellow(const ecg::Graph& g, const std::vector<YellowQuery>& queries, int threads);
+std::vector<YellowTiming> measure_yellow(const ecg::Graph& g, const std::vector<YellowQuery>& queries, int threads,
+                                         const target::Target& cpu);
 
 }  // namespace dnnfusion::codegen

@@ -1,4 +1,4 @@
-#include "codegen/yellow_profiler.h"
+#include "target/cpu/codegen/yellow_profiler.h"
 
 #include "common/progress.h"
 
@@ -9,7 +9,7 @@
 #include <random>
 #include <sstream>
 
-#include "codegen/fused_codegen.h"
+#include "target/cpu/codegen/fused_codegen.h"
 #include "common/error.h"
 #include "ecg/op_registry.h"
 #include "runtime/executor.h"
@@ -143,7 +143,8 @@ std::string yellow_key(const Graph& g, const YellowQuery& q) {
   return k;
 }
 
-std::vector<YellowTiming> measure_yellow(const Graph& g, const std::vector<YellowQuery>& queries, int threads) {
+std::vector<YellowTiming> measure_yellow(const Graph& g, const std::vector<YellowQuery>& queries, int threads,
+                                         const target::Target& cpu) {
   std::vector<YellowTiming> out(queries.size());
   if (queries.empty()) return out;
   progress(0, queries.size());
@@ -190,8 +191,8 @@ std::vector<YellowTiming> measure_yellow(const Graph& g, const std::vector<Yello
     std::vector<void*> outs;
     for (int v : pg.outputs()) out_bytes.emplace_back(static_cast<size_t>(pg.value(v).nbytes()));
     for (auto& b : out_bytes) outs.push_back(b.data());
-    runtime::Executable fused(pg, runtime::ExecOptions{threads}, std::move(unit.result(fused_idx[i]).program));
-    runtime::Executable apart(pg, runtime::ExecOptions{threads}, std::move(unit.result(apart_idx[i]).program));
+    runtime::Executable fused(pg, runtime::ExecOptions{threads, &cpu}, std::move(unit.result(fused_idx[i]).program));
+    runtime::Executable apart(pg, runtime::ExecOptions{threads, &cpu}, std::move(unit.result(apart_idx[i]).program));
     // Alternate the two so drift (turbo, other processes) hits both alike.
     double f = time_us(fused, in, outs), a = time_us(apart, in, outs);
     if (f + a < 20000) {  // cheap: a second alternation evens out drift

@@ -1,4 +1,4 @@
-#include "layout/fold_input_scale.h"
+#include "target/cpu/layout/fold_input_scale.h"
 
 #include <unordered_map>
 #include <unordered_set>

@@ -1,4 +1,4 @@
-#include "layout/choose_conv_schemes.h"
+#include "target/cpu/layout/choose_conv_schemes.h"
 
 #include <algorithm>
 #include <chrono>
@@ -13,8 +13,8 @@
 #include "ecg/op_registry.h"
 #include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/conv_winograd.h"
-#include "layout/solve_layout_assignment.h"
-#include "layout/tuning_db.h"
+#include "target/cpu/layout/solve_layout_assignment.h"
+#include "target/cpu/layout/tuning_db.h"
 
 namespace dnnfusion::layout {
 

@@ -1,4 +1,4 @@
-#include "layout/solve_layout_assignment.h"
+#include "target/cpu/layout/solve_layout_assignment.h"
 
 #include <cmath>
 #include <limits>

@@ -1,4 +1,4 @@
-#include "layout/fuse_expand_depthwise.h"
+#include "target/cpu/layout/fuse_expand_depthwise.h"
 
 #include <unordered_map>
 #include <unordered_set>

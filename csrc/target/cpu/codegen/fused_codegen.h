@@ -1,12 +1,12 @@
-// Fused code generation (DNNFusion §4.4): turns a fusion plan into a runtime Program whose fused
-// blocks run generated code. Per block, a data-flow expression DAG is built from the block's
-// outputs back to its inputs; One-to-One ops become inline expressions (expr_rules), data-movement
-// ops become index arithmetic on the leaves (view_compose), common sub-expressions are computed
-// once (hash-consing), and a Many-to-Many op runs as its library kernel with the block's
-// element-wise tail as an in-register epilogue hook and its element-wise head as a prologue hook.
-// Values are written to memory only where they leave the block or where no index arithmetic
-// exists (then the block materializes them and reports it). All blocks of a graph become one C++
-// translation unit, compiled and cached by codegen/jit_compiler.
+// Fused code generation for the cpu target (DNNFusion §4.4): turns a fusion plan into a runtime
+// Program whose fused blocks run generated C++. What each block materializes and how its values
+// are computed is decided first, target-neutrally (codegen/block_plan); this file emits that plan:
+// a loop nest per materialized value over its expression DAG (codegen/expr_dag: One-to-One ops
+// inline via expr_rules, data movement as index arithmetic, common sub-expressions once), and the
+// dominant Many-to-Many op as its library kernel with the block's element-wise tail as an
+// in-register epilogue hook and its element-wise head as a prologue hook (GEMMs with an epilogue:
+// the GEMM template instantiated with it inlined). All blocks of a graph become one C++
+// translation unit, compiled and cached by jit_compiler.
 // Precondition: the plan verifies for the graph with PlanHooks::fusible = can_fuse. Postcondition:
 // the Program computes every graph output exactly as the unfused graph would (up to float
 // reassociation inside expressions), and singleton blocks run their library kernel unchanged.
@@ -17,7 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "codegen/jit_compiler.h"
+#include "codegen/block_report.h"
+#include "target/cpu/codegen/jit_compiler.h"
 #include "ecg/graph.h"
 #include "fusion/fusion_plan.h"
 #include "runtime/program.h"
@@ -36,15 +37,6 @@ int m2m_input_fusible(const ecg::Graph& g, int m2m, int v);
 // permute/slice the block's Many-to-Many kernel reads through strides, or a permute of that
 // kernel's output that it can store through strides.
 bool free_merge(const ecg::Graph& g, const std::vector<int>& block, int cand);
-
-struct BlockReport {
-  int block = -1;
-  std::vector<int> nodes;
-  std::string type;              // the block's mapping type
-  int dominant = -1;             // node id or -1
-  std::vector<std::string> steps;  // "loop", "prologue+kernel+epilogue", "kernel", "alias"...
-  int64_t internal_bytes = 0;    // bytes the block materializes for its own use (not block outputs)
-};
 
 struct CodegenResult {
   runtime::Program program;

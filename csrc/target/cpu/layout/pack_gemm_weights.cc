@@ -1,4 +1,4 @@
-#include "layout/pack_gemm_weights.h"
+#include "target/cpu/layout/pack_gemm_weights.h"
 
 #include "kernels/cpu/gemm.h"
 #include "rewrite/graph_edit.h"

@@ -14,8 +14,11 @@
 #include "kernels/cpu/pooling_nchwc.h"
 #include "kernels/cpu/softmax.h"
 #include "runtime/op_kernels.h"
+#include "target/cpu/cpu_kernels.h"
 
-namespace dnnfusion::runtime {
+namespace dnnfusion::target::cpu {
+
+using namespace runtime;  // the kernel contract (OpKernel, KernelCall) and its helpers
 
 using ecg::Graph;
 using ecg::Node;
@@ -76,7 +79,7 @@ void run_conv(KernelCall& c) {
                        kernels::Activation::None, c.scratch, c.par, c.epilogue);
 }
 
-// ---- NCHW[x]c convolution (csrc/layout puts these in) ----
+// ---- NCHW[x]c convolution (csrc/target/cpu/layout puts these in) ----
 // The layout pass keeps the original conv attributes and adds ic_bn/oc_bn/reg_n/unroll_ker/winograd,
 // in_channels and weight_shape ([K, C/groups, R, S]). The activation is
 // [N, ceil(C/ic_bn), H, W, ic_bn] (the last block padded when ic_bn does not divide C).
@@ -432,7 +435,7 @@ void run_avg_pool(KernelCall& c) {
                            c.epilogue);
 }
 
-// Pooling on NCHW[b]c activations [N, C/b, H, W, b] (csrc/layout): the NCHW problem's shape
+// Pooling on NCHW[b]c activations [N, C/b, H, W, b] (csrc/target/cpu/layout): the NCHW problem's shape
 // with C = C/b * b; same attributes as the NCHW ops.
 kernels::Pool2dShape pool_nchwc_shape(const Graph& g, const Node& n) {
   const auto& x = shp(g, n.inputs[0]);
@@ -559,4 +562,4 @@ void register_nn_ops(KernelTable& t) {
   t.emplace_back("_log_softmax", OpKernel{check_softmax, nullptr, run_softmax, nullptr, true, true});
 }
 
-}  // namespace dnnfusion::runtime
+}  // namespace dnnfusion::target::cpu

@@ -19,7 +19,7 @@
 #include <unordered_set>
 
 #include "ecg/graph.h"
-#include "layout/propagate_blocked_layout.h"
+#include "target/cpu/layout/propagate_blocked_layout.h"
 
 namespace dnnfusion::kernels {
 struct Parallel;

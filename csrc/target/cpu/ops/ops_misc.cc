@@ -8,8 +8,11 @@
 #include "kernels/cpu/data_movement.h"
 #include "kernels/cpu/reduction.h"
 #include "runtime/op_kernels.h"
+#include "target/cpu/cpu_kernels.h"
 
-namespace dnnfusion::runtime {
+namespace dnnfusion::target::cpu {
+
+using namespace runtime;  // the kernel contract (OpKernel, KernelCall) and its helpers
 
 using ecg::Graph;
 using ecg::Node;
@@ -196,4 +199,4 @@ void register_misc_ops(KernelTable& t) {
   for (const char* op : {"full", "zeros", "ones", "scalar_tensor"}) t.emplace_back(op, OpKernel{check_out_dtype, nullptr, run_fill, nullptr});
 }
 
-}  // namespace dnnfusion::runtime
+}  // namespace dnnfusion::target::cpu

@@ -1,4 +1,4 @@
-#include "codegen/jit_compiler.h"
+#include "target/cpu/codegen/jit_compiler.h"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
@@ -100,7 +100,7 @@ JitModule jit_compile(const std::string& source) {
   const std::string cxx = find_compiler();
   if (cxx.empty()) {
     const char* want = std::getenv("DNNFUSION_CXX");
-    DNNF_THROW("no C++ compiler found for generating fused kernels (looked for ",
+    DNNF_THROW_AS(CompilerNotFound, "no C++ compiler found for generating fused kernels (looked for ",
                want && *want ? std::string("$DNNFUSION_CXX=") + want : std::string("c++, g++, clang++ on PATH"),
                "); install one (apt-get install g++) or compile with options={'fusion': 'none'}");
   }

@@ -1,4 +1,4 @@
-#include "layout/tuning_db.h"
+#include "target/cpu/layout/tuning_db.h"
 
 #include <cstdlib>
 

@@ -1,0 +1,38 @@
+// What a compile is asked to do: the options that cross the Python bridge as one struct. The
+// first group is target-neutral; the second is read by the targets that implement it (today the
+// cpu target's NCHW[x]c layouts, Winograd, GEMM packing), and ignored by the others.
+#pragma once
+#include <string>
+
+#include "fusion/fusion_plan.h"
+
+namespace dnnfusion {
+
+struct CompileOptions {
+  std::string target;  // a name from csrc/target/targets.def; "": the default (its first line)
+  int threads = 0;             // <= 0: one per physical core
+  fusion::Mode fusion = fusion::Mode::DnnFusion;
+  bool profile = true;  // measure yellow fusion cells (profile database); false: yellow never fuses
+
+  // ---- cpu target ----
+  // NCHW[x]c convolutions (csrc/target/cpu/layout). Global: blocks chosen by global search when
+  // the tuning database has every candidate; Local: each conv its own fastest blocks (ablation);
+  // ConvsOnly: transforms around every conv, no propagation (ablation); Off: NCHW everywhere.
+  enum class Layout { Global, Local, ConvsOnly, Off } layout = Layout::Global;
+  bool tune = false;       // measure conv candidates the tuning database lacks (progress bar)
+  std::string tuning_db = "<default>";  // path; "" = no database (heuristic knobs, nothing measured)
+  // mm/addmm with a compile-time weight read it packed once (pack_gemm_weights); false: packed on
+  // every call (ablation; Python option pack_gemm_weights=False).
+  bool pack_gemm_weights = true;
+  // 1x1 expand conv + activation + depthwise conv as one kernel (fuse_expand_depthwise; DNNFusion
+  // mode with layout on); false for the ablation (Python option fuse_expand_depthwise).
+  bool fuse_expand_depthwise = true;
+  // 3x3 stride-1 convs run Winograd where kernels::conv_winograd_pays (layout on); false: the
+  // direct algorithm everywhere (Python option winograd).
+  bool winograd = true;
+};
+
+// Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::InvalidInput naming the valid ones.
+CompileOptions::Layout parse_layout_mode(const std::string& s);
+
+}  // namespace dnnfusion

@@ -1,0 +1,124 @@
+// Execution targets: the one interface through which the pipeline, the planners, the executor and
+// the bridge reach the hardware a compiled graph runs on. A target says which nodes it runs (one
+// answer per node, with the reason when not), adds its own passes after the target-neutral
+// rewrites, gives the fusion planners its hooks, turns a fusion plan into the Program the executor
+// runs (its code generator and module compiler), allocates its buffers, and owns its kernel table,
+// so that kernels are keyed by (target, op). Targets live in csrc/target/<name>/ and are listed,
+// one line each, in csrc/target/targets.def; nothing outside csrc/target/ includes a particular
+// target's headers. How to add one: csrc/target/README.md.
+// Precondition of every member: the graph verifies. Postcondition of codegen(): the Program
+// computes every graph output as the unfused graph would.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/block_report.h"
+#include "compile_options.h"
+#include "compile_stats.h"
+#include "ecg/graph.h"
+#include "fusion/fusion_plan.h"
+#include "fusion/plan_with_profiles.h"
+#include "kernels/cpu/parallel.h"
+#include "passes.h"
+#include "runtime/op_kernels.h"
+#include "runtime/program.h"
+
+namespace dnnfusion::target {
+
+using fusion::YellowQuery;
+using fusion::YellowTiming;
+
+struct CodegenOutput {
+  runtime::Program program;  // empty: one step per node
+  std::vector<codegen::BlockReport> blocks;
+  std::map<std::string, int> edge_rules;  // "One-to-One->Many-to-Many: prologue" -> count
+  int functions = 0;                      // distinct generated functions
+  double compile_ms = 0;                  // module compiler time (0 on a cache hit)
+  bool cache_hit = false;
+  std::string source_path;                // the generated source, for debugging
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual std::string name() const = 0;
+  virtual std::string description() const = 0;  // one line, for listings and errors
+  // The device type its buffers live on, as PyTorch names it ("cpu", "cuda").
+  virtual std::string device_type() const = 0;
+  // "" when this machine can run the target, else what is missing (device, driver, compiler).
+  virtual std::string unavailable_reason() const { return ""; }
+  // Whether the fusion modes "dnnfusion" and "tvm" mean anything here; if not, every plan is
+  // mode "none" whatever the option says (and the report says so).
+  virtual bool fuses() const = 0;
+
+  // The kernel this target runs `op` with; nullptr if it has none.
+  const runtime::OpKernel* find_kernel(const std::string& op) const;
+  std::vector<std::string> kernel_ops() const;  // sorted
+  // "" if node n runs on this target, else why not (no kernel, dtype, attribute, shape).
+  std::string supports(const ecg::Graph& g, const ecg::Node& n) const;
+
+  // Sets every target_counters / target_notes entry this target reports (to 0 / ""), so that a
+  // report lists them all even when the pass that fills them did not run.
+  virtual void init_stats(CompileStats&) const {}
+  // Passes of this target, run after the target-neutral rewrites, in order.
+  virtual std::vector<Pass> passes(const CompileOptions&) const { return {}; }
+  // The planners' hooks: what the code generator can express, what is free to merge.
+  virtual fusion::PlanHooks plan_hooks(const CompileOptions&) const { return {}; }
+  // The cost oracle of yellow cells (called only when fuses() and the profile option is on).
+  virtual std::vector<YellowTiming> measure_yellow(const ecg::Graph& g, const std::vector<YellowQuery>& queries,
+                                                   const CompileOptions& opts) const;
+  // What identifies a yellow measurement beyond the op pair and shapes (attributes, the block).
+  virtual std::string yellow_key(const ecg::Graph& g, const YellowQuery& q) const { return ""; }
+  // Identifies the machine/configuration measurements are valid for (profile database keys).
+  virtual std::string profile_signature(int threads) const { return name(); }
+  // Code generator and module compiler: the plan's blocks as a Program. Default: no generated
+  // code, one step per node (what mode "none" is everywhere).
+  virtual CodegenOutput codegen(const ecg::Graph& g, const fusion::Plan& plan, const CompileOptions& opts) const {
+    return {};
+  }
+
+  // Buffers (the executor's arena): `bytes` with 64-byte alignment, in the target's memory.
+  virtual void* allocate(size_t bytes) const = 0;
+  virtual void deallocate(void* p) const = 0;
+  // The copy behind a data-movement op that cannot alias its input: `shape` elements of
+  // `elem_size` bytes read from src at element strides/offset, written contiguously to dst.
+  virtual void strided_copy(size_t elem_size, const std::vector<int64_t>& shape, const void* src,
+                            const std::vector<int64_t>& strides, int64_t offset, void* dst,
+                            const kernels::Parallel& par) const = 0;
+
+ protected:
+  // Fills the kernel table once, on first use (a duplicate op is an error).
+  virtual void register_kernels(runtime::KernelTable& table) const = 0;
+
+ private:
+  const std::unordered_map<std::string, runtime::OpKernel>& table() const;
+  mutable std::once_flag table_once_;
+  mutable std::unordered_map<std::string, runtime::OpKernel> table_;
+};
+
+// The targets this build knows, by name. registry() holds those of targets.def, first = default.
+class Registry {
+ public:
+  // Throws dnnfusion::Error if a target of that name is registered already.
+  void add(std::unique_ptr<Target> t);
+  // Throws UnknownTarget listing the registered names.
+  const Target& get(const std::string& name) const;
+  // get(), then throws TargetUnavailable naming what this machine lacks.
+  const Target& require_available(const std::string& name) const;
+  const Target& default_target() const;
+  std::vector<std::string> names() const;  // registration order
+
+ private:
+  std::vector<std::unique_ptr<Target>> targets_;
+};
+
+const Registry& registry();
+
+}  // namespace dnnfusion::target
