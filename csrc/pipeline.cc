@@ -155,7 +155,7 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& requested) {
     exe.run({}, outs);
     return bytes;
   };
-  PassContext ctx{g, opts, stats, t, evaluate};
+  PassContext ctx{g, opts, stats, t, evaluate, false, {}};
   runtime::Program program;
 
   log.dump("imported ECG", g.dump());

@@ -1,7 +1,7 @@
 // The op registry: for every ECG op, the facts the passes reason with — its mapping type
 // (DNNFusion Table 2), its TVM pattern kind (baseline fusion mode), whether its result can vanish
 // inside a fused block, its algebraic properties, and how to count its FLOPs. The registry is
-// metadata only; which ops have CPU kernels is the runtime's business (runtime/op_kernels.h).
+// metadata only; which ops a target runs is that target's business (csrc/target/target.h).
 #pragma once
 #include <cstdint>
 #include <string>

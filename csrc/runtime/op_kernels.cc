@@ -44,4 +44,9 @@ std::string require_dtypes(const ecg::Graph& g, const ecg::Node& n, std::initial
   return "";
 }
 
+double var_correction(const ecg::Node& n) {
+  if (n.has_attr("unbiased")) return n.attr_int("unbiased") ? 1.0 : 0.0;
+  return n.attr_float("correction", 1.0);
+}
+
 }  // namespace dnnfusion::runtime

@@ -70,5 +70,8 @@ void register_view_ops(KernelTable& t);
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 int64_t normalize_dim(int64_t dim, int64_t rank, const ecg::Node& n);
 std::string require_dtypes(const ecg::Graph& g, const ecg::Node& n, std::initializer_list<DType> allowed);
+// var's divisor is N - correction: ATen's var.dim says it as `unbiased` (true: 1, false: 0),
+// var.correction as `correction` (default 1).
+double var_correction(const ecg::Node& n);
 
 }  // namespace dnnfusion::runtime

@@ -1,6 +1,7 @@
 #include "target/target.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "common/error.h"
 
@@ -45,6 +46,14 @@ std::vector<YellowTiming> Target::measure_yellow(const ecg::Graph&, const std::v
                                                  const CompileOptions&) const {
   DNNF_THROW("target '", name(), "' has no cost oracle for yellow fusion cells");
 }
+
+void* host_allocate(size_t bytes) {
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) DNNF_THROW("out of memory allocating a ", bytes, "-byte buffer");
+  return p;
+}
+
+void host_deallocate(void* p) { std::free(p); }
 
 // ---- Registry ----
 

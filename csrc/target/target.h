@@ -103,6 +103,11 @@ class Target {
   mutable std::unordered_map<std::string, runtime::OpKernel> table_;
 };
 
+// 64-byte-aligned host memory (the allocator of the targets whose buffers live in host RAM);
+// throws dnnfusion::Error when the allocation fails.
+void* host_allocate(size_t bytes);
+void host_deallocate(void* p);
+
 // The targets this build knows, by name. registry() holds those of targets.def, first = default.
 class Registry {
  public:

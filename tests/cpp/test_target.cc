@@ -163,7 +163,7 @@ LoggedRun run_logged(PassLogger::Settings s, const std::vector<Pass>& passes) {
   Graph g = small_graph();
   CompileOptions opts;
   const Evaluator eval = [](const Graph&) { return std::vector<std::vector<uint8_t>>{}; };
-  PassContext ctx{g, opts, r.stats, target::registry().default_target(), eval};
+  PassContext ctx{g, opts, r.stats, target::registry().default_target(), eval, false, {}};
   log.dump("imported ECG", g.dump());
   for (const Pass& p : passes) log.run(p, ctx);
   return r;

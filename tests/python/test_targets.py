@@ -111,3 +111,21 @@ def test_region_stats_fail_loudly_on_a_missing_or_unknown_field():
     counters.pop("convs_blocked")
     with pytest.raises(RuntimeError, match="convs_blocked"):
         RegionStats.from_core(dict(d, target_counters=counters), 1)
+
+
+def test_unavailable_target_is_a_clear_error_at_compile_time(monkeypatch):
+    # Every built-in target runs here, so make the registry report one as unavailable (as a GPU
+    # target reports a machine without a driver) and check what the user sees.
+    real = _C.targets()
+    fake = [dict(t, unavailable_reason="no CUDA driver (libcuda.so.1 not found)") if t["name"] == "reference" else t
+            for t in real]
+    monkeypatch.setattr(_C, "targets", lambda: fake)
+    m = SmallNet().eval()
+    f = torch.compile(m, backend="dnnfusion", options={"target": "reference"})
+    with pytest.raises(Exception) as e, torch.no_grad():
+        f(torch.randn(1, 3, 8, 8))
+    chain = [e.value]
+    while chain[-1].__cause__ is not None or getattr(chain[-1], "inner_exception", None) is not None:
+        chain.append(chain[-1].__cause__ or chain[-1].inner_exception)
+    assert any(isinstance(x, dnnfusion.TargetUnavailable) for x in chain), chain
+    assert "libcuda.so.1 not found" in str(e.value)

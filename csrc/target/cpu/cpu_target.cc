@@ -2,7 +2,6 @@
 // packing, expand + depthwise conv fusion, fused blocks emitted as one C++ translation unit and
 // compiled by the system compiler (codegen/), and the kernel table over csrc/kernels/cpu (ops/).
 // Buffers are 64-byte-aligned host memory; the thread pool splits each kernel's outer loop.
-#include <cstdlib>
 #include <memory>
 
 #include "common/error.h"
@@ -138,12 +137,8 @@ class CpuTarget final : public Target {
     s.target_notes["layout_method"] = "";
   }
 
-  void* allocate(size_t bytes) const override {
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p) DNNF_THROW("out of memory allocating a ", bytes, "-byte buffer");
-    return p;
-  }
-  void deallocate(void* p) const override { std::free(p); }
+  void* allocate(size_t bytes) const override { return host_allocate(bytes); }
+  void deallocate(void* p) const override { host_deallocate(p); }
   void strided_copy(size_t elem_size, const std::vector<int64_t>& shape, const void* src,
                     const std::vector<int64_t>& strides, int64_t offset, void* dst,
                     const kernels::Parallel& par) const override {

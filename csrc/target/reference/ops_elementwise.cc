@@ -13,6 +13,7 @@
 
 #include "common/error.h"
 #include "kernels/reference/ref_elementwise_misc.h"
+#include "runtime/op_attrs.h"
 #include "target/reference/reference_kernels.h"
 
 namespace dnnfusion::target::reference {
@@ -29,8 +30,6 @@ using kernels::UnaryOp;
 
 namespace {
 
-constexpr std::initializer_list<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int64, DType::Int32,
-                                                    DType::Bool,    DType::UInt8,   DType::Int8};
 
 bool in_all_types(DType t) {
   for (DType a : kAllTypes)

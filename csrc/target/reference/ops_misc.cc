@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "kernels/reference/ref_elementwise_misc.h"
+#include "runtime/op_attrs.h"
 #include "target/reference/reference_kernels.h"
 
 namespace dnnfusion::target::reference {
@@ -28,8 +29,6 @@ using kernels::ReduceOp;
 
 namespace {
 
-constexpr std::initializer_list<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int64, DType::Int32,
-                                                    DType::Bool,    DType::UInt8,   DType::Int8};
 
 const std::vector<int64_t>& shp(const Graph& g, int v) { return g.value(v).shape; }
 int64_t rank_of(const std::vector<int64_t>& s) { return static_cast<int64_t>(s.size()); }
@@ -92,8 +91,6 @@ std::string check_reduce_attrs(const Graph& g, const Node& n) {
   if (is_arg(n) && n.has_attr("dim") && n.attr_ints("dim").size() != 1) return n.op + " over several dims";
   if (is_arg(n) && out != DType::Int64) return n.op + " with output dtype " + dtype_name(out) + " (indices are int64)";
   if ((n.op == "mean" || n.op == "var") && !is_floating(out)) return n.op + " with an integral output dtype";
-  // var.dim's unbiased=False is correction 0, which the cpu binding does not read.
-  if (n.op == "var" && n.attr_int("unbiased", 1) == 0) return "var with unbiased=False (supported: the correction form)";
   return check_dtype_attr(g, n);
 }
 
@@ -123,7 +120,7 @@ std::string check_reduce(const Graph& g, const Node& n) {
 void run_reduce(KernelCall& c) {
   std::vector<int64_t> shape, dims;
   reduce_problem(c.g, c.n, &shape, &dims);
-  const double correction = c.n.attr_float("correction", 1.0);
+  const double correction = runtime::var_correction(c.n);
   ref::reduce(reduce_ops().at(c.n.op), shape, dims, c.in[0], c.g.value(c.n.inputs[0]).dtype, c.out[0],
               c.g.value(c.n.outputs[0]).dtype, correction);
 }

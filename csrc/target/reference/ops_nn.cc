@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "kernels/reference/ref_elementwise_misc.h"
 #include "kernels/reference/ref_gemm_conv.h"
+#include "runtime/op_attrs.h"
 #include "target/reference/reference_kernels.h"
 
 namespace dnnfusion::target::reference {
@@ -63,10 +64,6 @@ std::string check_extra_output(const Graph& g, const Node& n, size_t i, int64_t 
   return detail::str_cat(n.op, ": output ", i, " has ", numel(g, n.outputs[i]), " elements, the op gives ", count);
 }
 
-int64_t at_or(const Shape& v, size_t i, int64_t dflt) {
-  if (v.empty()) return dflt;
-  return i < v.size() ? v[i] : v[0];
-}
 
 // Strides of `in` broadcast over `out` (numpy rules, aligned right); empty if it does not broadcast.
 Shape broadcast_strides(const Shape& in, const Shape& out) {
@@ -84,28 +81,6 @@ Shape broadcast_strides(const Shape& in, const Shape& out) {
 bool broadcasts(const Shape& in, const Shape& out) { return out.empty() || !broadcast_strides(in, out).empty(); }
 
 // ---- convolution (1-D and 2-D, NCHW) ----
-kernels::Conv2dShape conv_shape(const Graph& g, const Node& n) {
-  const Shape& x = shp(g, n.inputs[0]);
-  const Shape& w = shp(g, n.inputs[1]);
-  const bool is1d = x.size() == 3;
-  const Shape stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0}), dil = n.attr_ints("dilation", {1});
-  kernels::Conv2dShape s{};
-  s.N = x[0];
-  s.C = x[1];
-  s.H = is1d ? 1 : x[2];
-  s.W = is1d ? x[2] : x[3];
-  s.K = w[0];
-  s.R = is1d ? 1 : w[2];
-  s.S = is1d ? w[2] : w[3];
-  s.stride_h = is1d ? 1 : at_or(stride, 0, 1);
-  s.stride_w = is1d ? at_or(stride, 0, 1) : at_or(stride, 1, 1);
-  s.pad_h = is1d ? 0 : at_or(pad, 0, 0);
-  s.pad_w = is1d ? at_or(pad, 0, 0) : at_or(pad, 1, 0);
-  s.dil_h = is1d ? 1 : at_or(dil, 0, 1);
-  s.dil_w = is1d ? at_or(dil, 0, 1) : at_or(dil, 1, 1);
-  s.groups = n.attr_int("groups", 1);
-  return s;
-}
 
 // output_padding only matters to the transposed convolution, which is refused.
 std::string check_conv_attrs(const Node& n, size_t spatial) {
@@ -120,7 +95,7 @@ std::string check_conv_attrs(const Node& n, size_t spatial) {
 }
 
 std::string check_conv_shapes(const Graph& g, const Node& n) {
-  const auto s = conv_shape(g, n);
+  const auto s = conv2d_shape(g, n);
   if (s.groups <= 0 || s.C % s.groups || s.K % s.groups) return "channels not divisible by groups";
   if (shp(g, n.inputs[1])[1] * s.groups != s.C) return "weight input channels do not match the input";
   std::string why = check_param(g, n, 2, s.K);
@@ -142,7 +117,7 @@ std::string check_conv(const Graph& g, const Node& n) {
 }
 
 void run_conv(KernelCall& c) {
-  ref::ref_conv2d_nchw(conv_shape(c.g, c.n), fin(c, 0), fin(c, 1), fopt(c, 2), fout(c, 0), kernels::Activation::None);
+  ref::ref_conv2d_nchw(conv2d_shape(c.g, c.n), fin(c, 0), fin(c, 1), fopt(c, 2), fout(c, 0), kernels::Activation::None);
 }
 
 // ---- GEMM family: out = [beta * bias +] alpha * A @ B, batched for bmm/baddbmm ----

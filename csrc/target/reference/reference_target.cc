@@ -3,7 +3,6 @@
 // packing, no generated code. It is the oracle the tests compare the optimized targets with, and
 // what a user reaches for when a compiled model's numbers differ from eager ("is it the optimized
 // kernel?"): options={"target": "reference"}.
-#include <cstdlib>
 #include <memory>
 
 #include "common/error.h"
@@ -24,12 +23,8 @@ class ReferenceTarget final : public Target {
   std::string device_type() const override { return "cpu"; }
   bool fuses() const override { return false; }
 
-  void* allocate(size_t bytes) const override {
-    void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!p) DNNF_THROW("out of memory allocating a ", bytes, "-byte buffer");
-    return p;
-  }
-  void deallocate(void* p) const override { std::free(p); }
+  void* allocate(size_t bytes) const override { return host_allocate(bytes); }
+  void deallocate(void* p) const override { host_deallocate(p); }
   void strided_copy(size_t elem_size, const std::vector<int64_t>& shape, const void* src,
                     const std::vector<int64_t>& strides, int64_t offset, void* dst,
                     const kernels::Parallel&) const override {

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/elementwise.h"
+#include "runtime/op_attrs.h"
 #include "runtime/op_kernels.h"
 #include "target/cpu/cpu_kernels.h"
 
@@ -22,8 +23,6 @@ using kernels::UnaryOp;
 
 namespace {
 
-constexpr std::initializer_list<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int64, DType::Int32,
-                                                    DType::Bool, DType::UInt8, DType::Int8};
 
 // Strides of `in` broadcast over `out` (numpy rules, aligned right).
 std::vector<int64_t> broadcast_strides(const std::vector<int64_t>& in, const std::vector<int64_t>& out) {

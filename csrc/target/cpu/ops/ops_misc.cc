@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "kernels/cpu/data_movement.h"
 #include "kernels/cpu/reduction.h"
+#include "runtime/op_attrs.h"
 #include "runtime/op_kernels.h"
 #include "target/cpu/cpu_kernels.h"
 
@@ -19,8 +20,6 @@ using ecg::Node;
 
 namespace {
 
-constexpr std::initializer_list<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int64, DType::Int32,
-                                                    DType::Bool, DType::UInt8, DType::Int8};
 const std::vector<int64_t>& shp(const Graph& g, int v) { return g.value(v).shape; }
 
 // ---- reductions ----
@@ -59,7 +58,7 @@ void run_reduce(KernelCall& c) {
     shape = {xv.numel()};
     dims = {0};
   }
-  double correction = c.n.attr_float("correction", 1.0);
+  const double correction = var_correction(c.n);
   kernels::reduce(reduce_ops().at(c.n.op), shape, dims, c.in[0], xv.dtype, c.out[0], yv.dtype, correction, c.par);
 }
 

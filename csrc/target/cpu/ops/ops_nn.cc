@@ -13,6 +13,7 @@
 #include "kernels/cpu/pooling.h"
 #include "kernels/cpu/pooling_nchwc.h"
 #include "kernels/cpu/softmax.h"
+#include "runtime/op_attrs.h"
 #include "runtime/op_kernels.h"
 #include "target/cpu/cpu_kernels.h"
 
@@ -31,51 +32,25 @@ float* fout(const KernelCall& c, size_t i) { return static_cast<float*>(c.out[i]
 
 std::string f32_only(const Graph& g, const Node& n) { return require_dtypes(g, n, {DType::Float32}); }
 
-int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
-  if (v.empty()) return dflt;
-  return i < v.size() ? v[i] : v[0];
-}
 
 // ---- convolution (1-D and 2-D, NCHW) ----
-kernels::Conv2dShape conv_shape(const Graph& g, const Node& n) {
-  const auto& x = shp(g, n.inputs[0]);
-  const auto& w = shp(g, n.inputs[1]);
-  const bool is1d = x.size() == 3;
-  auto stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0}), dil = n.attr_ints("dilation", {1});
-  kernels::Conv2dShape s{};
-  s.N = x[0];
-  s.C = x[1];
-  s.H = is1d ? 1 : x[2];
-  s.W = is1d ? x[2] : x[3];
-  s.K = w[0];
-  s.R = is1d ? 1 : w[2];
-  s.S = is1d ? w[2] : w[3];
-  s.stride_h = is1d ? 1 : at_or(stride, 0, 1);
-  s.stride_w = is1d ? at_or(stride, 0, 1) : at_or(stride, 1, 1);
-  s.pad_h = is1d ? 0 : at_or(pad, 0, 0);
-  s.pad_w = is1d ? at_or(pad, 0, 0) : at_or(pad, 1, 0);
-  s.dil_h = is1d ? 1 : at_or(dil, 0, 1);
-  s.dil_w = is1d ? at_or(dil, 0, 1) : at_or(dil, 1, 1);
-  s.groups = n.attr_int("groups", 1);
-  return s;
-}
 
 std::string check_conv(const Graph& g, const Node& n) {
   if (n.attr_int("transposed", 0)) return "transposed convolution has no core kernel";
   const auto& x = shp(g, n.inputs[0]);
   if (x.size() != 3 && x.size() != 4) return "convolution on a rank-" + std::to_string(x.size()) + " input (supported: 1-D and 2-D, batched)";
   if (shp(g, n.inputs[1]).size() != x.size()) return "convolution weight rank differs from the input rank";
-  auto s = conv_shape(g, n);
+  auto s = conv2d_shape(g, n);
   if (s.groups <= 0 || s.C % s.groups || s.K % s.groups) return "channels not divisible by groups";
   if (shp(g, n.inputs[1])[1] * s.groups != s.C) return "weight input channels do not match the input";
   return f32_only(g, n);
 }
 
-size_t conv_scratch(const Graph& g, const Node& n, int threads) { return kernels::conv2d_scratch_bytes(conv_shape(g, n), threads); }
+size_t conv_scratch(const Graph& g, const Node& n, int threads) { return kernels::conv2d_scratch_bytes(conv2d_shape(g, n), threads); }
 
 void run_conv(KernelCall& c) {
   int b = c.n.input_or_absent(2);
-  kernels::conv2d_nchw(conv_shape(c.g, c.n), fin(c, 0), fin(c, 1), b >= 0 ? fin(c, 2) : nullptr, fout(c, 0),
+  kernels::conv2d_nchw(conv2d_shape(c.g, c.n), fin(c, 0), fin(c, 1), b >= 0 ? fin(c, 2) : nullptr, fout(c, 0),
                        kernels::Activation::None, c.scratch, c.par, c.epilogue);
 }
 

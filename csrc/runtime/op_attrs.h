@@ -1,0 +1,25 @@
+// ATen attribute readers every target's kernel bindings share: what a node's attributes mean is a
+// fact about the op, not about the kernel that runs it.
+#pragma once
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "common/dtype.h"
+#include "ecg/graph.h"
+#include "kernels/cpu/conv2d.h"
+
+namespace dnnfusion::runtime {
+
+// Every dtype a type-generic kernel binding accepts.
+constexpr std::initializer_list<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int64, DType::Int32,
+                                                    DType::Bool,    DType::UInt8,   DType::Int8};
+
+// v[i]; v[0] when the list is shorter (ATen's single-value int[] attributes); `dflt` when empty.
+int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt);
+
+// aten.convolution (1-D or 2-D, NCHW) as the kernels' problem shape; a 1-D conv is a 2-D conv of
+// height 1.
+kernels::Conv2dShape conv2d_shape(const ecg::Graph& g, const ecg::Node& n);
+
+}  // namespace dnnfusion::runtime
