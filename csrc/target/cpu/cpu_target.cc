@@ -95,6 +95,7 @@ class CpuTarget final : public Target {
       p.push_back(counting_pass("pack_gemm_weights", layout::pack_gemm_weights, "GEMM weights packed", "", "gemms_packed"));
       p.push_back({"fold_constants", [fold = fold_constants_pass()](PassContext& c) {
                      if (c.stats.target_counters["gemms_packed"]) fold.run(c);  // evaluates the packing once
+                     else c.detail = "skipped: no GEMM weight packed";
                    }});
     }
     return p;
