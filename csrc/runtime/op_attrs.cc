@@ -7,6 +7,10 @@ int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
   return i < v.size() ? v[i] : v[0];
 }
 
+bool cat_skips_operand(const std::vector<int64_t>& operand, const std::vector<int64_t>& out) {
+  return operand.size() == 1 && operand[0] == 0 && out.size() != 1;
+}
+
 kernels::Conv2dShape conv2d_shape(const ecg::Graph& g, const ecg::Node& n) {
   const auto& x = g.value(n.inputs[0]).shape;
   const auto& w = g.value(n.inputs[1]).shape;

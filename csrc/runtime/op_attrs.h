@@ -18,6 +18,9 @@ constexpr std::initializer_list<DType> kAllTypes = {DType::Float32, DType::Float
 // v[i]; v[0] when the list is shorter (ATen's single-value int[] attributes); `dflt` when empty.
 int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt);
 
+// ATen's cat skips legacy empty operands (1-D of size 0) whatever the output's rank.
+bool cat_skips_operand(const std::vector<int64_t>& operand, const std::vector<int64_t>& out);
+
 // aten.convolution (1-D or 2-D, NCHW) as the kernels' problem shape; a 1-D conv is a 2-D conv of
 // height 1.
 kernels::Conv2dShape conv2d_shape(const ecg::Graph& g, const ecg::Node& n);

@@ -143,11 +143,6 @@ void run_cumsum(KernelCall& c) {
 }
 
 // ---- cat ----
-// ATen's cat skips legacy empty tensors (1-D of size 0) whatever the other operands' rank.
-bool legacy_empty(const std::vector<int64_t>& s, const std::vector<int64_t>& out) {
-  return s.size() == 1 && s[0] == 0 && out.size() != 1;
-}
-
 std::string check_cat_shapes(const Graph& g, const Node& n) {
   const auto& out = shp(g, n.outputs[0]);
   if (out.empty()) return "cat of 0-d tensors";
@@ -155,7 +150,7 @@ std::string check_cat_shapes(const Graph& g, const Node& n) {
   int64_t total = 0;
   for (int v : n.inputs) {
     const auto& s = shp(g, v);
-    if (legacy_empty(s, out)) continue;
+    if (cat_skips_operand(s, out)) continue;
     if (s.size() != out.size())
       return "cat operand of rank " + std::to_string(s.size()) + " into a rank-" + std::to_string(out.size()) + " output";
     for (int64_t i = 0; i < rank_of(out); ++i)
@@ -179,7 +174,7 @@ void run_cat(KernelCall& c) {
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < c.n.inputs.size(); ++i) {
     const auto& s = shp(c.g, c.n.inputs[i]);
-    if (legacy_empty(s, out.shape)) continue;
+    if (cat_skips_operand(s, out.shape)) continue;
     srcs.push_back(c.in[i]);
     shapes.push_back(s);
   }

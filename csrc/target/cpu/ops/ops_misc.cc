@@ -87,7 +87,7 @@ void run_cat(KernelCall& c) {
   std::vector<std::vector<int64_t>> shapes;
   for (size_t i = 0; i < c.n.inputs.size(); ++i) {
     const auto& s = shp(c.g, c.n.inputs[i]);
-    if (s.size() == 1 && s[0] == 0 && out.shape.size() != 1) continue;  // legacy empty tensors are skipped by cat
+    if (cat_skips_operand(s, out.shape)) continue;
     srcs.push_back(c.in[i]);
     shapes.push_back(s);
   }
