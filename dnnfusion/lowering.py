@@ -1,6 +1,6 @@
 """Lowers an aot_autograd inference graph (functional ATen) onto the C++ core.
 
-Each supported ATen node becomes an ECG node; maximal convex groups of supported nodes
+The graph is imported once into one ECG, the target deciding per node whether it runs it; maximal convex groups of supported nodes
 (torch.fx CapabilityBasedPartitioner) become one compiled region each, called through the
 custom op ``torch.ops.dnnfusion.run``. Unsupported nodes stay as ATen calls and run eagerly; the
 reason is recorded in the GraphReport.
@@ -171,25 +171,48 @@ def _scalar_dtype(name, operands, node):
 
 
 class Lowerer:
-    """Decides support per node and builds ECG graphs for partitions."""
+    """Imports the FX graph once into one whole-model ECG, deciding support per node as it goes,
+    and compiles partitions of it.
+
+    Each node is normalized once and crosses the bridge once (``Graph.import_node``): the target
+    sees it with its real producers and weights. A region is then cut out of that graph in the
+    core (``_C.compile_part``), so nothing is imported twice.
+    """
 
     def __init__(self, gm, frozen, opts, report: GraphReport):
         self.gm = gm
         # placeholder name -> real tensor (parameters and buffers). Names, not Nodes: fx passes
-        # such as the partitioner's topological sort may rebuild the graph's nodes.
+        # such as fuse_by_partitions copy nodes into submodules under the same names.
         self.frozen = {(k.name if isinstance(k, fx.Node) else k): v for k, v in frozen.items()}
         self.opts = opts
         self.core_opts = core_options(opts)
         self.device_type = target_info(opts.target)["device_type"]
         self.report = report
-        self.decisions = {}  # Node -> (op, operands, attrs) or None
-        self.reasons = {}
+        self.graph = _C.Graph()  # the whole model
+        self.values = {}     # fx node name -> ECG value id, or list of ids for a multi-output node
+        self.ecg_nodes = {}  # fx node name -> ECG node id (every imported node, run or not)
+        self.decisions = {}  # fx node name -> True if the target runs it
+        self.reasons = {}    # fx node name -> why not
 
-    # ---- support ----
-    def _input_spec(self, o, name, operands, node):
-        if o is None:
-            return None
-        if isinstance(o, fx.Node):
+    # ---- operands ----
+    def is_compile_time(self, n):
+        return (n.op == "placeholder" and n.name in self.frozen) or n.op == "get_attr"
+
+    def _value(self, o):
+        """The ECG value of an fx operand; one the graph does not have yet enters as a weight
+        (parameters, buffers) or as an input (anything computed outside the core)."""
+        if o.op == "call_function":
+            self.decide(o)  # getitem nodes are decided when first read
+        if o.name in self.values:
+            vid = self.values[o.name]
+            if isinstance(vid, list):
+                raise Unsupported("operand is a list of tensors")
+            return vid
+        if o.op == "placeholder" and o.name in self.frozen:
+            vid = self.graph.add_weight(self.frozen[o.name], o.name)
+        elif o.op == "get_attr":
+            vid = self.graph.add_weight(_fetch_attr(self.gm, o.target), o.name)
+        else:
             v = o.meta.get("val")
             if not isinstance(v, torch.Tensor):
                 raise Unsupported("operand without tensor metadata")
@@ -199,92 +222,89 @@ class Lowerer:
                 raise Unsupported("symbolic shape")
             if v.device.type != self.device_type:
                 raise Unsupported(f"operand on {v.device}, the target runs on {self.device_type}")
-            return (list(v.shape), _DTYPES[v.dtype], self.is_compile_time(o))
-        if isinstance(o, numbers.Number):
-            dt = _scalar_dtype(name, operands, node)
-            if dt not in _DTYPES:
-                raise Unsupported(f"scalar dtype {dt}")
-            return ([], _DTYPES[dt], True)
-        raise Unsupported(f"operand of type {type(o).__name__}")
+            vid = self.graph.add_input(list(v.shape), _DTYPES[v.dtype], o.name)
+        if self.is_compile_time(o):
+            t = self.frozen[o.name] if o.op == "placeholder" else _fetch_attr(self.gm, o.target)
+            if t.device.type != self.device_type:
+                raise Unsupported(f"weight on {t.device}, the target runs on {self.device_type}")
+        self.values[o.name] = vid
+        return vid
 
-    def is_compile_time(self, n):
-        return (n.op == "placeholder" and n.name in self.frozen) or n.op == "get_attr"
+    def _operand_ids(self, name, operands, node):
+        ids = []
+        for o in operands:
+            if o is None:
+                ids.append(-1)
+            elif isinstance(o, fx.Node):
+                ids.append(self._value(o))
+            elif isinstance(o, numbers.Number):
+                dt = _scalar_dtype(name, operands, node)
+                if dt not in _DTYPES:
+                    raise Unsupported(f"scalar dtype {dt}")
+                ids.append(self.graph.add_constant(torch.tensor(o, dtype=dt), "scalar"))
+            else:
+                raise Unsupported(f"operand of type {type(o).__name__}")
+        return ids
 
+    # ---- support, decided once per node ----
     def decide(self, node):
         if node.op != "call_function":
             return False
-        if node in self.decisions:
-            return self.decisions[node] is not None
+        if node.name not in self.decisions:
+            try:
+                self._import(node)
+                self.decisions[node.name] = True
+            except Unsupported as e:
+                self.decisions[node.name] = False
+                self.reasons[node.name] = str(e)
+            except Exception as e:  # a converter bug must not break compilation: fall back and say why
+                self.decisions[node.name] = False
+                self.reasons[node.name] = f"import error: {type(e).__name__}: {e}"
+        return self.decisions[node.name]
+
+    def _import(self, node):
         if node.target is operator.getitem:
             src = node.args[0]
-            ok = isinstance(src, fx.Node) and self.decide(src)
-            self.decisions[node] = ("getitem",) if ok else None
-            return ok
-        try:
-            name, operands, attrs = normalize(node)
-            if name == "as_strided":
-                src = _meta(operands[0])
-                if not (src.is_contiguous() and src.storage_offset() == 0):
-                    raise Unsupported("as_strided of a non-contiguous input")
-            specs = [self._input_spec(o, name, operands, node) for o in operands]
-            outs = _out_specs(node, self.device_type)
-            reason = _C.check_support(self.opts.target, name, specs, outs, attrs)
-            if reason:
-                raise Unsupported(reason)
-            self.decisions[node] = (name, operands, attrs)
-            return True
-        except Unsupported as e:
-            self.decisions[node] = None
-            self.reasons[node] = str(e)
-            return False
-        except Exception as e:  # a converter bug must not break compilation: fall back and say why
-            self.decisions[node] = None
-            self.reasons[node] = f"import error: {type(e).__name__}: {e}"
-            return False
+            if not isinstance(src, fx.Node):
+                raise Unsupported("getitem of a non-node")
+            ok = self.decide(src)
+            if isinstance(self.values.get(src.name), list):
+                self.values[node.name] = self.values[src.name][node.args[1]]
+            if not ok:
+                raise Unsupported(self.reasons.get(src.name, "unsupported"))
+            return
+        name, operands, attrs = normalize(node)
+        if name == "as_strided":
+            src = _meta(operands[0])
+            if not (src.is_contiguous() and src.storage_offset() == 0):
+                raise Unsupported("as_strided of a non-contiguous input")
+        outs = _out_specs(node, self.device_type)
+        ids = self._operand_ids(name, operands, node)
+        nid, out_ids, reason = self.graph.import_node(self.opts.target, name, ids, outs, attrs, aten_name(node.target))
+        if nid >= 0:
+            self.ecg_nodes[node.name] = nid
+            self.values[node.name] = out_ids[0] if isinstance(node.meta.get("val"), torch.Tensor) else list(out_ids)
+        if reason:
+            raise Unsupported(reason)
 
-    # ---- building a region ----
+    # ---- compiling a region ----
     def build_region(self, sub: fx.GraphModule, outer_args):
-        """Builds and compiles the ECG of one fused submodule; returns (handle, run inputs, metas)."""
-        g = _C.Graph()
-        env = {}
-        run_inputs = []
-        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-        for ph, outer in zip(placeholders, outer_args):
-            v = outer.meta.get("val")
-            if outer.op == "placeholder" and outer.name in self.frozen:
-                env[ph] = g.add_weight(self.frozen[outer.name], outer.name)
-            elif outer.op == "get_attr":
-                env[ph] = g.add_weight(_fetch_attr(self.gm, outer.target), outer.name)
-            else:
-                env[ph] = g.add_input(list(v.shape), _DTYPES[v.dtype], outer.name)
-                run_inputs.append(outer)
-        for n in sub.graph.nodes:
-            if n.op != "call_function":
-                continue
-            if n.target is operator.getitem:
-                env[n] = env[n.args[0]][n.args[1]]
-                continue
-            name, operands, attrs = normalize(n)
-            ids = []
-            for o in operands:
-                if o is None:
-                    ids.append(-1)
-                elif isinstance(o, fx.Node):
-                    ids.append(env[o])
-                else:
-                    dt = _scalar_dtype(name, operands, n)
-                    ids.append(g.add_constant(torch.tensor(o, dtype=dt), "scalar"))
-            outs = g.add_node(name, ids, _out_specs(n, self.device_type), attrs, aten_name(n.target))
-            val = n.meta.get("val")
-            env[n] = outs[0] if isinstance(val, torch.Tensor) else outs
-        out_node = sub.graph.output_node()
-        results = out_node.args[0]
+        """Compiles one fused submodule, cut from the whole-model ECG; returns (handle, run inputs, metas)."""
+        input_ids = [self._value(a) for a in outer_args]
+        run_inputs = [a for a in outer_args if not self.is_compile_time(a)]
+        try:
+            node_ids = sorted(self.ecg_nodes[n.name] for n in sub.graph.nodes
+                              if n.op == "call_function" and n.target is not operator.getitem)
+        except KeyError as e:
+            raise RuntimeError(f"region node {e} was never imported") from None
+        results = sub.graph.output_node().args[0]
         results = list(results) if isinstance(results, (list, tuple)) else [results]
-        out_ids = [env[r] for r in results]
+        out_ids = [self.values.get(r.name) for r in results]
+        if any(not isinstance(v, int) for v in out_ids):
+            raise RuntimeError("a region output is not a single imported tensor")
         metas = [r.meta["val"] for r in results]
-        g.set_outputs(out_ids)
         strides = [list(m.stride()) if not m.is_contiguous() else [] for m in metas]
-        handle = _C.compile(g, self.core_opts, strides)
+        handle = _C.compile_part(self.graph, node_ids, input_ids, out_ids, self.core_opts, strides)
         return handle, run_inputs, metas
 
 
@@ -322,7 +342,7 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
             if lowerer.decide(n):
                 report.ops_core[name] += 1
             else:
-                report.add_fallback(name, lowerer.reasons.get(n, "unsupported"))
+                report.add_fallback(name, lowerer.reasons.get(n.name, "unsupported"))
     partitioner = CapabilityBasedPartitioner(gm, _Support(lowerer), allows_single_node_partition=True)
     partitions = partitioner.propose_partitions()
     # A partition made only of getitem nodes has nothing to run.

@@ -1,9 +1,11 @@
 // The op registry: for every ECG op, the facts the passes reason with — its mapping type
 // (DNNFusion Table 2), its TVM pattern kind (baseline fusion mode), whether its result can vanish
-// inside a fused block, its algebraic properties, and how to count its FLOPs. The registry is
+// inside a fused block, its algebraic properties, how to count its FLOPs, and for element-wise
+// ops the expression that computes one element (for code generators). The registry is
 // metadata only; which ops a target runs is that target's business (csrc/target/target.h).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,6 +44,14 @@ enum class FlopModel : int8_t {
   Pool,         // kernel area * numel(output 0)
 };
 
+// How a One-to-One op computes one output element (ecg/elementwise_expr.h has the vocabulary):
+// code generators inline it instead of calling a kernel.
+struct ElementwiseRule {
+  std::string operands;                             // per tensor input: 'f' float32, 'b' bool, '?' optional float32
+  std::function<std::string(const Node&)> text;     // expression over $0, $1, ...; empty: the op has none
+  std::function<std::string(const Graph&, const Node&)> refuse;  // "" or why this node has no expression
+};
+
 struct OpInfo {
   std::string name;
   MappingType mapping;
@@ -51,6 +61,7 @@ struct OpInfo {
   FlopModel flop_model;
   double flops_per_element = 0;
   int num_outputs = 1; // outputs the op always produces (split-like ops: variable, 0 here)
+  ElementwiseRule elementwise;
 };
 
 // nullptr if unknown.

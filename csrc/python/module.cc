@@ -12,8 +12,10 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <unordered_map>
 
 #include "common/error.h"
+#include "ecg/extract_region.h"
 #include "ecg/op_registry.h"
 #include "kernels/cpu/cpu_features.h"
 #include "pipeline.h"
@@ -238,30 +240,42 @@ py::dict region_stats(int64_t h) {
   return d;
 }
 
-std::string check_support(const std::string& target_name, const std::string& op, const std::vector<py::object>& inputs,
-                          const std::vector<std::pair<std::vector<int64_t>, std::string>>& outputs, const py::dict& attrs) {
+// Appends one normalized ATen node to a whole-model graph and asks the target whether it runs it,
+// with the node's real producers and weights in view. Returns (node id, output value ids, reason):
+// reason is empty when the target runs the node; a node the ECG cannot even hold is not added
+// (id -1, no outputs) and its consumers read its result as a graph input instead.
+py::tuple import_node(PyGraph& pg, const std::string& target_name, const std::string& op,
+                      const std::vector<int>& inputs,
+                      const std::vector<std::pair<std::vector<int64_t>, std::string>>& outputs, const py::dict& attrs,
+                      const std::string& origin) {
   const target::Target& tgt = target::registry().get(target_name);
-  if (!ecg::find_op(op)) return "op '" + op + "' is not in the ECG op registry";
+  if (!ecg::find_op(op))
+    return py::make_tuple(-1, std::vector<int>{}, "op '" + op + "' is not in the ECG op registry");
+  int nid = -1;
   try {
-    ecg::Graph g;
-    std::vector<int> ids;
-    static const float dummy[1] = {0};
-    for (const auto& in : inputs) {
-      if (in.is_none()) {
-        ids.push_back(-1);
-        continue;
-      }
-      auto t = in.cast<std::tuple<std::vector<int64_t>, std::string, bool>>();
-      if (std::get<2>(t)) ids.push_back(g.add_weight(std::get<0>(t), dtype_from_name(std::get<1>(t)), dummy));
-      else ids.push_back(g.add_input(std::get<0>(t), dtype_from_name(std::get<1>(t))));
-    }
-    int nid = g.add_node(op, ids, to_specs(outputs), to_attrs(attrs), op);
-    return tgt.supports(g, g.node(nid));
+    nid = pg.g.add_node(op, inputs, to_specs(outputs), to_attrs(attrs), origin);
   } catch (const std::exception& e) {
-    return e.what();
+    return py::make_tuple(-1, std::vector<int>{}, std::string(e.what()));
   }
+  return py::make_tuple(nid, pg.g.node(nid).outputs, tgt.supports(pg.g, pg.g.node(nid)));
 }
 
+// Compiles the region `node_ids` of a whole-model graph (ecg/extract_region.h says what the ids
+// must satisfy); the region keeps alive only the weight tensors it reads.
+int64_t compile_part(PyGraph& whole, const std::vector<int>& node_ids, const std::vector<int>& input_ids,
+                     const std::vector<int>& output_ids, const CompileOptions& opts,
+                     const std::vector<std::vector<int64_t>>& out_strides) {
+  PyGraph part;
+  part.g = ecg::extract_region(whole.g, node_ids, input_ids, output_ids);
+  std::unordered_map<const void*, const at::Tensor*> by_data;
+  for (const at::Tensor& t : whole.keep_alive) by_data[t.data_ptr()] = &t;
+  for (const auto& v : part.g.values()) {
+    if (v.kind != ecg::ValueKind::Weight) continue;
+    auto it = by_data.find(v.data);
+    if (it != by_data.end()) part.keep_alive.push_back(*it->second);
+  }
+  return compile_region(part, opts, out_strides);
+}
 
 // ---- pruning scores (csrc/prune): float32 CPU tensors cross as pointer + shape, no copies ----
 const float* prune_f32(const at::Tensor& t, int64_t dim, const char* what) {
@@ -393,6 +407,7 @@ PYBIND11_MODULE(_C, m) {
         int nid = pg.g.add_node(op, inputs, to_specs(outputs), to_attrs(attrs), origin);
         return pg.g.node(nid).outputs;
       })
+      .def("import_node", &import_node)
       .def("set_outputs", [](PyGraph& pg, const std::vector<int>& ids) { pg.g.set_outputs(ids); })
       .def("dump", [](const PyGraph& pg) { return pg.g.dump(); })
       .def("num_nodes", [](const PyGraph& pg) { return pg.g.nodes().size(); });
@@ -422,7 +437,8 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("stats", &region_stats);
   m.def("dump", [](int64_t h) { return get_region(h)->compiled.exe->graph().dump(); });
-  m.def("check_support", &check_support);
+  m.def("compile_part", &compile_part, py::arg("graph"), py::arg("nodes"), py::arg("inputs"), py::arg("outputs"),
+        py::arg("options"), py::arg("out_strides") = std::vector<std::vector<int64_t>>{});
   m.def("op_info", [](const std::string& op) -> py::object {
     const ecg::OpInfo* i = ecg::find_op(op);
     if (!i) return py::none();

@@ -4,13 +4,16 @@
 // Many-to-Many blocks with prologue/epilogue hooks, and the on-disk kernel cache.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdlib>
 #include <random>
 
 #include "target/cpu/codegen/fused_codegen.h"
-#include "codegen/expr_rules.h"
+#include "target/cpu/codegen/prelude.h"
 #include "target/cpu/codegen/jit_compiler.h"
 #include "codegen/view_compose.h"
+#include "ecg/elementwise_expr.h"
+#include "ecg/op_registry.h"
 #include "common/error.h"
 #include "kernel_test_util.h"
 #include "runtime/executor.h"
@@ -429,4 +432,51 @@ TEST(Codegen, FreeMergeNamesDataMovementThatCostsNothing) {
   EXPECT_TRUE(codegen::free_merge(g, {3}, 0));
   EXPECT_FALSE(codegen::free_merge(g, {7}, 6));        // a real permute feeding a loop: strided reads
   EXPECT_FALSE(codegen::free_merge(g, {6}, 7));        // not data movement
+}
+
+// The op registry states each element-wise op's expression once; the cpu prelude must define
+// every vocabulary function any of them calls, and substitution must place each operand.
+TEST(ElementwiseExpressions, EveryRegistryExpressionUsesOnlyThePreludesVocabulary) {
+  const std::string& prelude = codegen::generated_prelude();
+  int with_expr = 0;
+  for (const auto& op : ecg::all_ops()) {
+    if (!op.elementwise.text) continue;
+    ++with_expr;
+    ecg::Node n;
+    n.op = op.name;
+    n.info = &op;
+    n.attrs = {{"eps", 1e-5}};  // batch norm's one required attribute
+    std::vector<std::string> operands;
+    for (size_t i = 0; i < op.elementwise.operands.size(); ++i) operands.push_back("OPERAND" + std::to_string(i));
+    ecg::Graph g;
+    const std::string e = ecg::elementwise_expression(g, n, operands);
+    EXPECT_EQ(e.find('$'), std::string::npos) << op.name << ": " << e;
+    EXPECT_NE(e.find("OPERAND0"), std::string::npos) << op.name << ": " << e;
+    for (size_t p = e.find("dnnf_"); p != std::string::npos; p = e.find("dnnf_", p + 1)) {
+      size_t q = p;
+      while (q < e.size() && (std::isalnum(static_cast<unsigned char>(e[q])) || e[q] == '_')) ++q;
+      const std::string fn = e.substr(p, q - p);
+      EXPECT_NE(prelude.find("inline float " + fn + "("), std::string::npos) << op.name << " calls " << fn;
+    }
+  }
+  EXPECT_GE(with_expr, 40);
+}
+
+TEST(ElementwiseExpressions, SupportChecksOperandDtypesAndTheRowsOwnConditions) {
+  ecg::Graph g;
+  int f = g.add_input({4}, DType::Float32, "f");
+  int b = g.add_input({4}, DType::Bool, "b");
+  auto node = [&](const std::string& op, std::vector<int> ins, DType out, ecg::AttrMap attrs = {}) -> const ecg::Node& {
+    return g.node(g.add_node(op, ins, {{{4}, out}}, std::move(attrs)));
+  };
+  EXPECT_EQ(ecg::elementwise_support(g, node("relu", {f}, DType::Float32)), "");
+  EXPECT_NE(ecg::elementwise_support(g, node("relu", {f}, DType::Bool)), "");
+  EXPECT_EQ(ecg::elementwise_support(g, node("where", {b, f, f}, DType::Float32)), "");
+  EXPECT_NE(ecg::elementwise_support(g, node("where", {f, f, f}, DType::Float32)), "");
+  EXPECT_NE(ecg::elementwise_support(g, node("gelu", {f}, DType::Float32, {{"approximate", std::string("erf2")}})), "");
+  EXPECT_NE(ecg::elementwise_support(g, node("div", {f, f}, DType::Float32, {{"rounding_mode", std::string("floor")}})), "");
+  EXPECT_NE(ecg::elementwise_support(g, node("add", {f, f}, DType::Float32, {{"compute_dtype", std::string("float64")}})), "");
+  EXPECT_NE(ecg::elementwise_support(g, node("logical_not", {b}, DType::Float32)), "");  // no expression
+  const ecg::Node& sub = node("sub", {f, f}, DType::Float32, {{"alpha", 2.0}});
+  EXPECT_EQ(ecg::elementwise_expression(g, sub, {"x", "y"}), "(x - (" + ecg::float_literal(2.0) + " * y))");
 }

@@ -17,7 +17,7 @@
 #include <memory>
 #include <sstream>
 
-#include "codegen/expr_rules.h"
+#include "target/cpu/codegen/prelude.h"
 #include "target/cpu/codegen/jit_compiler.h"
 #include "target/cpu/codegen/kernel_templates.h"
 #include "kernel_test_util.h"

@@ -274,7 +274,7 @@ def test_region_that_fails_in_the_core_runs_eagerly_and_is_reported(monkeypatch)
     def broken_compile(*a, **k):
         raise RuntimeError("injected core failure")
 
-    monkeypatch.setattr(lowering._C, "compile", broken_compile)
+    monkeypatch.setattr(lowering._C, "compile_part", broken_compile)
     torch.manual_seed(0)
     m = ConvNet().eval()
     x = torch.randn(1, 3, 8, 8)

@@ -76,7 +76,7 @@ NchwcTileFn dw_tile_avx512(int c_bn, int rn) {
 namespace {
 
 // Whole zmm registers, without a division: GCC vectorizes the portable formula with vdivps, and
-// the generated code's exp (codegen/expr_rules.cc) needs a two-step range reduction; here 2^n is
+// the generated code's exp (target/cpu/codegen/prelude.cc) needs a two-step range reduction; here 2^n is
 // one scalef and 1 / (1 + e) a reciprocal estimate plus one Newton step (18 instructions per 16
 // floats; SiLU over 32K floats in L1, 1 thread: 0.23 ns per float, the generated code 0.32).
 // GCC 12 reports the unmasked forms of min, max, roundscale, scalef and rcp14 as reading an

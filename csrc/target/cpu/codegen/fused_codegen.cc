@@ -10,7 +10,8 @@
 
 #include "codegen/block_plan.h"
 #include "codegen/expr_dag.h"
-#include "codegen/expr_rules.h"
+#include "ecg/elementwise_expr.h"
+#include "target/cpu/codegen/prelude.h"
 #include "target/cpu/codegen/kernel_templates.h"
 #include "codegen/view_compose.h"
 #include "common/error.h"
@@ -202,7 +203,7 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
     const Expr& ex = b.exprs[e];
     std::string v = "v" + std::to_string(e);
     if (ex.kind == Expr::Kind::Literal) {
-      name[e] = float_literal(ex.literal);
+      name[e] = ecg::float_literal(ex.literal);
       continue;
     }
     if (ex.kind == Expr::Kind::Leaf) {
@@ -211,7 +212,7 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
     } else {
       std::vector<std::string> ops;
       for (int k : ex.kids) ops.push_back(k < 0 ? std::string() : name.at(k));
-      inner_body << "      const float " << v << " = " << emit_elementwise(g, g.node(ex.node), ops) << ";\n";
+      inner_body << "      const float " << v << " = " << ecg::elementwise_expression(g, g.node(ex.node), ops) << ";\n";
     }
     name[e] = v;
   }
@@ -399,7 +400,7 @@ std::string emit_template_packed_gemm(const Graph& g, const Node& dn, const std:
      << ", " << A.cs << "},\n"
      << "                  static_cast<const float*>(p[" << b_arg << "]), static_cast<float*>(const_cast<void*>(p["
      << c_arg << "])), " << N << ",\n"
-     << "                  " << bias_args(bias_arg) << ", " << float_literal(dn.attr_float("alpha", 1.0))
+     << "                  " << bias_args(bias_arg) << ", " << ecg::float_literal(dn.attr_float("alpha", 1.0))
      << ", FN_epilogue{p}, par);\n}\n";
   return add_named_function(fn.str(), functions);
 }
@@ -437,7 +438,7 @@ std::string emit_template_gemm(const Graph& g, const Node& dn, const std::vector
      << "                  dnnf_gemm::Mat{" << ptr(A) << ", " << A.rs << ", " << A.cs << "}, " << A.batch_stride << ",\n"
      << "                  dnnf_gemm::Mat{" << ptr(B) << ", " << B.rs << ", " << B.cs << "}, " << B.batch_stride << ",\n"
      << "                  static_cast<float*>(const_cast<void*>(p[" << c_arg << "])), " << N << ", " << M * N << ",\n"
-     << "                  " << bias_args(bias_arg) << ", " << float_literal(alpha) << ", 0.f, FN_epilogue{p}, par);\n}\n";
+     << "                  " << bias_args(bias_arg) << ", " << ecg::float_literal(alpha) << ", 0.f, FN_epilogue{p}, par);\n}\n";
   return add_named_function(fn.str(), functions);
 }
 
@@ -456,7 +457,7 @@ bool can_fuse(const Graph& g, int id) {
     if (!k || !target::cpu::cpu_target().supports(g, n).empty()) return false;
     return is_f32(g, n.outputs[0]);
   }
-  return inline_op_support(g, n).empty();
+  return ecg::elementwise_support(g, n).empty();
 }
 
 namespace {

@@ -2,7 +2,8 @@
 // Program whose fused blocks run generated C++. What each block materializes and how its values
 // are computed is decided first, target-neutrally (codegen/block_plan); this file emits that plan:
 // a loop nest per materialized value over its expression DAG (codegen/expr_dag: One-to-One ops
-// inline via expr_rules, data movement as index arithmetic, common sub-expressions once), and the
+// inline as the op registry's expressions (ecg/elementwise_expr.h), data movement as index
+// arithmetic, common sub-expressions once), and the
 // dominant Many-to-Many op as its library kernel with the block's element-wise tail as an
 // in-register epilogue hook and its element-wise head as a prologue hook (GEMMs with an epilogue:
 // the GEMM template instantiated with it inlined). All blocks of a graph become one C++

@@ -1,5 +1,5 @@
 // The kernel templates generated code instantiates, as text: a generated translation unit pastes
-// them after generated_prelude() (codegen/expr_rules.h) so its fused element-wise code is inlined
+// them after generated_prelude() (target/cpu/codegen/prelude.h) so its fused element-wise code is inlined
 // into the kernel instead of being called back through a function pointer. The text is the header
 // itself, embedded at build time (CMakeLists.txt), so it cannot drift from what the tests compile.
 #pragma once
