@@ -41,6 +41,8 @@ class CMakeBuild(build_ext):
             f"-DDNNF_TORCH_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
             f"-DCMAKE_LIBRARY_OUTPUT_DIRECTORY={out_path.parent}",
         ]
+        if os.environ.get("DNNFUSION_SANITIZE"):  # scripts/sanitize.sh --python
+            args.append(f"-DDNNFUSION_SANITIZE={os.environ['DNNFUSION_SANITIZE']}")
         if shutil.which("ninja"):
             args.append("-GNinja")
         subprocess.check_call(["cmake", str(ROOT), *args], cwd=build_dir)

@@ -9,6 +9,7 @@
 #include "rewrite/batchnorm_to_affine.h"
 #include "rewrite/eliminate_common_subexpressions.h"
 #include "rewrite/fold_batchnorm.h"
+#include "rewrite/fold_empty_values.h"
 #include "rewrite/merge_parallel_gemms.h"
 #include "rewrite/remove_noops.h"
 #include "rewrite/split_to_slices.h"
@@ -50,6 +51,7 @@ std::vector<Pass> rewrite_passes(const CompileOptions& opts) {
                                  "nodes merged", "common subexpression");
   std::vector<Pass> p = {
       verify_pass(),
+      counting_pass("fold_empty_values", rewrite::fold_empty_values, "zero-size nodes removed"),
       fold_constants_pass(),
       noops,
       cse,  // before the rules, so factoring rules see shared operands

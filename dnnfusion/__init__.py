@@ -3,16 +3,20 @@
 Use it through ``torch.compile(model, backend="dnnfusion")`` (registered by the package's
 ``torch_dynamo_backends`` entry point, so no import is needed) and ``dnnfusion.explain``.
 Importing this package registers nothing with Dynamo a second time. Errors the caller acts on are
-their own classes: CompilerNotFound, TargetUnavailable (set-up problems), UnknownTarget and
-InvalidInput (also ValueErrors), UnsupportedOp; all derive from CoreError (a RuntimeError).
+their own classes: CompilerNotFound, TargetUnavailable (set-up problems), CompilerTimeout (a
+generated-kernel compile ran past $DNNFUSION_COMPILE_TIMEOUT), UnknownTarget and InvalidInput (also
+ValueErrors), UnsupportedOp; all derive from CoreError (a RuntimeError). A region that should have
+compiled but runs eagerly raises a FallbackWarning (once per reason) and says why in explain().
 """
-from ._C import CoreError, CompilerNotFound, InvalidInput, TargetUnavailable, UnknownTarget, UnsupportedOp
+from ._C import (CoreError, CompilerNotFound, CompilerTimeout, InvalidInput, TargetUnavailable, UnknownTarget,
+                 UnsupportedOp)
+from .report import FallbackWarning
 from .options import VALID_OPTIONS
 from .explain import explain, ExplainReport
 from .prune import prune, PruneReport  # dnnfusion.prune is the function; the package is dnnfusion.prune.*
 from . import targets
 
 __all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "prune", "PruneReport", "targets", "CoreError",
-           "CompilerNotFound", "InvalidInput", "TargetUnavailable", "UnknownTarget", "UnsupportedOp"]
+           "CompilerNotFound", "CompilerTimeout", "FallbackWarning", "InvalidInput", "TargetUnavailable", "UnknownTarget", "UnsupportedOp"]
 __version__ = "0.1.0"
 

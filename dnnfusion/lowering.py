@@ -19,7 +19,7 @@ from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
 from . import _C  # noqa: F401  (registers torch.ops.dnnfusion.run)
 from .fake import register_region_meta, unregister_region_meta
 from .options import core_options
-from .report import GraphReport, RegionStats
+from .report import GraphReport, RegionStats, warn_fallback
 from .targets import info as target_info
 
 _DTYPES = {
@@ -132,6 +132,17 @@ def normalize(node):
     if name in _BINARY and name not in ("where", "masked_fill"):
         attrs["compute_dtype"] = _DTYPES.get(_scalar_dtype(name, operands, node), "float32")
     return name, operands, attrs
+
+
+def is_non_overlapping_and_dense(t):
+    """True if t's elements tile one block of memory exactly once (a permutation of contiguous)."""
+    dims = sorted((st, sz) for sz, st in zip(t.shape, t.stride()) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return True
 
 
 def _meta(n):
@@ -290,7 +301,12 @@ class Lowerer:
     # ---- compiling a region ----
     def build_region(self, sub: fx.GraphModule, outer_args):
         """Compiles one fused submodule, cut from the whole-model ECG; returns (handle, run inputs, metas)."""
-        input_ids = [self._value(a) for a in outer_args]
+        # The submodule's placeholders carry the names of the nodes they stood for when the
+        # partitions were fused; an outer argument may since have become the output of an earlier
+        # region's call, but the ECG value the region's nodes read is the original node's.
+        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
+        input_ids = [self.values[ph.name] if isinstance(self.values.get(ph.name), int) else self._value(a)
+                     for ph, a in zip(placeholders, outer_args)]
         run_inputs = [a for a in outer_args if not self.is_compile_time(a)]
         try:
             node_ids = sorted(self.ecg_nodes[n.name] for n in sub.graph.nodes
@@ -303,7 +319,10 @@ class Lowerer:
         if any(not isinstance(v, int) for v in out_ids):
             raise RuntimeError("a region output is not a single imported tensor")
         metas = [r.meta["val"] for r in results]
-        strides = [list(m.stride()) if not m.is_contiguous() else [] for m in metas]
+        # Eager's strides where they describe a dense tensor; an overlapping view (expand's
+        # stride 0) cannot be written into, so that output stays contiguous (same values).
+        strides = [list(m.stride()) if not m.is_contiguous() and is_non_overlapping_and_dense(m) else []
+                   for m in metas]
         handle = _C.compile_part(self.graph, node_ids, input_ids, out_ids, self.core_opts, strides)
         return handle, run_inputs, metas
 
@@ -359,8 +378,9 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
             handle, run_inputs, metas = lowerer.build_region(sub, node.args)
         except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix, not fallbacks
             raise
-        except Exception as e:  # the region runs eagerly (its submodule stays) and we say why
+        except Exception as e:  # the region runs eagerly (its submodule stays), and we say why, loudly
             reason = f"region failed to compile in the core: {type(e).__name__}: {e}"
+            warn_fallback(reason)
             for n in sub.graph.nodes:
                 if n.op == "call_function" and n.target is not operator.getitem:
                     name = aten_name(n.target)

@@ -6,6 +6,32 @@ import threading
 from dataclasses import dataclass, field, fields
 
 
+class FallbackWarning(RuntimeWarning):
+    """A region of ops the core supports runs eagerly because compiling it failed (the reason is
+    in the message and in explain()). Issued once per reason per process."""
+
+
+_warned = set()
+_warned_lock = threading.Lock()
+
+
+def warn_fallback(reason):
+    """Warns once per distinct reason that a region runs eagerly. Reasons that differ only in file
+    paths (each compile has its own source file) are one reason."""
+    import re
+    import warnings
+
+    text = " | ".join(line.strip() for line in reason.splitlines() if line.strip())
+    key = re.sub(r"\S*/\S*", "<path>", text)
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    if len(text) > 1200:
+        text = text[:1200] + " ..."
+    warnings.warn(f"dnnfusion: {text}; that region runs eagerly", FallbackWarning, stacklevel=2)
+
+
 @dataclass(frozen=True)
 class RegionStats:
     """What the core reports for one compiled region (csrc/python/module.cc region_stats, from

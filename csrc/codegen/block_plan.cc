@@ -179,7 +179,12 @@ class BlockPlanner {
     const Expr& ex = b.exprs[e];
     if (ex.kind != Expr::Kind::Leaf || b.leaves[ex.leaf].value != d_out_ || !is_f32(g_, u)) return -1;
     p_.store_strides = inverse_permutation_strides(b.leaves[ex.leaf].view, g_.value(d_out_).shape);
-    if (p_.store_strides.empty()) return -1;
+    const auto& out_shape = g_.value(d_out_).shape;
+    // Kernels store whole rows (runtime::OpKernel::strided_output): the innermost dim stays put.
+    if (p_.store_strides.empty() || (p_.store_strides.back() != 1 && !out_shape.empty() && out_shape.back() > 1)) {
+      p_.store_strides.clear();
+      return -1;
+    }
     if (!mat_.count(u)) return need = u, -1;  // the permuted tensor is what gets written
     return u;
   }

@@ -16,6 +16,11 @@ struct Error : std::runtime_error {
 struct CompilerNotFound : Error {
   using Error::Error;
 };
+// The system compiler ran past $DNNFUSION_COMPILE_TIMEOUT on generated code and was killed: a
+// machine too slow or loaded for the limit (raise it), or a compiler that hangs.
+struct CompilerTimeout : Error {
+  using Error::Error;
+};
 // An op (or an argument of one) that the chosen target does not run.
 struct UnsupportedOp : Error {
   using Error::Error;
@@ -31,6 +36,11 @@ struct UnknownTarget : Error {
 // Bad input from the caller: an option value, a tensor of the wrong shape/dtype/device.
 struct InvalidInput : Error {
   using Error::Error;
+};
+// An index tensor's value outside the dimension it indexes (embedding, index_select), found at run
+// time: eager raises IndexError for these, and so does the bridge (gather's is a RuntimeError).
+struct IndexOutOfRange : InvalidInput {
+  using InvalidInput::InvalidInput;
 };
 
 namespace detail {

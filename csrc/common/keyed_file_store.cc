@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <sstream>
 
@@ -52,13 +53,68 @@ bool parse_number(const std::string& s, double* out) {
   return true;
 }
 
-// Whole file, or nullopt if it does not exist / cannot be opened.
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream os;
-  os << in.rdbuf();
-  return os.str();
+// What read_file found. A store is never larger than a few MiB; anything past the limit, or that
+// is not a regular file (/dev/zero, a FIFO), would only make the reader hang or exhaust memory.
+struct FileText {
+  enum State { Missing, Ok, Refused } state = Missing;
+  std::string text;
+  std::string why;  // for Refused
+};
+
+FileText read_file(const std::string& path) {
+  FileText r;
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return r;  // missing or unreadable: the store starts empty, as before
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    r.state = FileText::Refused;
+    r.why = "not a regular file";
+    return r;
+  }
+  const std::string too_big = "larger than the " + std::to_string(KeyedFileStore::kMaxFileBytes >> 20) + " MiB limit";
+  if (st.st_size > static_cast<off_t>(KeyedFileStore::kMaxFileBytes)) {
+    ::close(fd);
+    r.state = FileText::Refused;
+    r.why = too_big;
+    return r;
+  }
+  r.text.resize(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  // One byte more than the limit: a file that grew since fstat is caught without reading it all.
+  for (;;) {
+    if (done == r.text.size()) {
+      if (r.text.size() > KeyedFileStore::kMaxFileBytes) break;
+      r.text.resize(std::min(r.text.size() + 65536, KeyedFileStore::kMaxFileBytes + 1));
+    }
+    const ssize_t n = ::read(fd, &r.text[done], r.text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // end of file, or an I/O error: the parser sees a truncated file
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (done > KeyedFileStore::kMaxFileBytes) {
+    r.state = FileText::Refused;
+    r.why = too_big;
+    r.text.clear();
+    return r;
+  }
+  r.text.resize(done);
+  r.state = FileText::Ok;
+  return r;
+}
+
+// A refused file is reported once per path and process: every store object and every save()
+// would otherwise repeat it.
+void report_refused_once(const std::string& what, const std::string& path, const std::string& why) {
+  static std::mutex mu;
+  static std::set<std::string> seen;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!seen.insert(path).second) return;
+  }
+  std::cerr << "dnnfusion: " << what << " " << path << " is corrupt (" << why << "); not reading it" << std::endl;
 }
 
 // Advisory lock that serializes the read-merge-write of concurrent savers (other processes, or
@@ -96,10 +152,14 @@ std::string KeyedFileStore::sanitize_key(std::string s) {
 
 KeyedFileStore::KeyedFileStore(std::string path, std::string what, std::string magic, int version, size_t fields)
     : path_(std::move(path)), what_(std::move(what)), magic_(std::move(magic)), version_(version), fields_(fields) {
-  std::optional<std::string> text = read_file(path_);
-  if (!text) return;  // first use on this machine
+  const FileText file = read_file(path_);
+  if (file.state == FileText::Missing) return;  // first use on this machine
+  if (file.state == FileText::Refused) {
+    report_refused_once(what_, path_, file.why);
+    return;
+  }
   std::string why;
-  if (!parse(*text, &entries_, &why)) {
+  if (!parse(file.text, &entries_, &why)) {
     entries_.clear();
     std::cerr << "dnnfusion: " << what_ << " " << path_ << " is corrupt (" << why << "); rebuilding it" << std::endl;
   }
@@ -142,13 +202,19 @@ void KeyedFileStore::save() {
     fs::create_directories(target.parent_path(), ec);
     if (ec) DNNF_THROW(what_, ": cannot create directory ", target.parent_path().string(), ": ", ec.message());
   }
+  // The rename below replaces whatever the path names: a device or FIFO someone pointed the
+  // store at is refused rather than replaced.
+  if (struct stat st; ::stat(path_.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    DNNF_THROW(what_, ": ", path_, " is not a regular file; not replacing it");
   FileLock file_lock(path_ + ".lock");
   // Merge: what is on disk now (other processes' measurements) plus ours; our own stores win.
   std::map<std::string, Row> merged;
-  if (std::optional<std::string> text = read_file(path_)) {
+  const FileText file = read_file(path_);
+  if (file.state == FileText::Refused) report_refused_once(what_, path_, file.why);
+  if (file.state == FileText::Ok) {
     std::string why;
     // A corrupt file was reported when loaded (or was broken since); either way it is replaced.
-    if (!parse(*text, &merged, &why)) merged.clear();
+    if (!parse(file.text, &merged, &why)) merged.clear();
   }
   for (const auto& k : stored_) merged[k] = entries_.at(k);
   for (const auto& kv : entries_) merged.emplace(kv.first, kv.second);

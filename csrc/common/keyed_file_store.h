@@ -8,12 +8,16 @@
 //   entries <count> checksum <16 hex digits, FNV-1a 64 over the entry lines>
 //   <key> TAB <number> TAB <number> ...   (exactly `fields` numbers, finite and >= 0)
 // Precondition: keys contain no tab or newline (sanitize_key replaces them). Postconditions: a
-// missing file is an empty store; an unreadable or inconsistent one prints
+// missing (or unopenable) file is an empty store; an inconsistent one prints
 //   dnnfusion: <what> <path> is corrupt (<why>); rebuilding it
-// on stderr, starts empty and is overwritten by the next save(). save() is atomic (temporary file
-// + rename) and merges with what other processes saved meanwhile (under an advisory file lock):
-// entries this object stored win, all others on disk are kept. All member functions are
-// thread-safe.
+// on stderr, starts empty and is overwritten by the next save(). The path may name anything, so
+// reading is bounded: a file that is not regular (/dev/zero, a FIFO) or is larger than
+// kMaxFileBytes is not read at all (no store comes near the limit), counts as corrupt and is
+// reported once per path and process ("... is corrupt (<why>); not reading it"); save() replaces
+// an oversized file but refuses (dnnfusion::Error) to replace a path that is not a regular file.
+// save() is atomic (temporary file + rename) and merges with what other processes saved meanwhile
+// (under an advisory file lock): entries this object stored win, all others on disk are kept. All
+// member functions are thread-safe.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -28,6 +32,8 @@ namespace dnnfusion {
 class KeyedFileStore {
  public:
   using Row = std::vector<double>;
+  // Files larger than this are never read (see above).
+  static constexpr size_t kMaxFileBytes = size_t{64} << 20;
 
   // `what` names the store in messages ("profile database"); `magic` starts the file.
   KeyedFileStore(std::string path, std::string what, std::string magic, int version, size_t fields);
@@ -40,7 +46,8 @@ class KeyedFileStore {
   size_t size() const;
   std::map<std::string, Row> entries() const;
   // Writes the store, creating missing directories. Throws dnnfusion::Error if the file cannot
-  // be written (the in-memory entries stay usable).
+  // be written or the path names something other than a regular file (the in-memory entries stay
+  // usable).
   void save();
 
   // Replaces tab/newline characters by spaces.

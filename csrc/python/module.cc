@@ -160,6 +160,8 @@ std::vector<at::Tensor> run_region(int64_t handle, const std::vector<at::Tensor>
   // torch.ops calls arrive here with the GIL already released by the dispatcher.
   try {
     r->compiled.exe->run(in_ptrs, out_ptrs);
+  } catch (const dnnfusion::IndexOutOfRange& e) {  // an IndexError, as eager raises
+    TORCH_CHECK_INDEX(false, e.what());
   } catch (const std::exception& e) {
     TORCH_CHECK(false, e.what());
   }
@@ -346,6 +348,7 @@ PYBIND11_MODULE(_C, m) {
   // One Python class per error kind (common/error.h); callers catch the class, never match text.
   auto core_error = py::register_exception<dnnfusion::Error>(m, "CoreError", PyExc_RuntimeError);
   py::register_exception<dnnfusion::CompilerNotFound>(m, "CompilerNotFound", core_error.ptr());
+  py::register_exception<dnnfusion::CompilerTimeout>(m, "CompilerTimeout", core_error.ptr());
   py::register_exception<dnnfusion::UnsupportedOp>(m, "UnsupportedOp", core_error.ptr());
   py::register_exception<dnnfusion::TargetUnavailable>(m, "TargetUnavailable", core_error.ptr());
   // Bad names and values are the caller's mistake: ValueErrors as well as core errors.

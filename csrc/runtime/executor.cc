@@ -79,6 +79,13 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
     Bound b;
     b.step = std::move(st);
     Step& s = b.step;
+    if (s.kind == Step::Kind::Node && s.writes.empty()) s.writes = g.node(s.node).outputs;
+    // A step that writes only zero-element values has nothing to do (rewrite/fold_empty_values
+    // leaves such nodes only where they make a graph output); its kernel is not even asked for
+    // scratch, as its shape arithmetic may divide by the empty extent.
+    b.writes_nothing = !s.writes.empty() && std::all_of(s.writes.begin(), s.writes.end(), [&](int v) {
+      return g.value(v).numel() == 0;
+    });
     if (s.kind == Step::Kind::Node) {
       const Node& n = g.node(s.node);
       const std::string why = target_->supports(g, n);
@@ -120,7 +127,7 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
       for (int w : s.writes)  // values a hooked epilogue writes in place of the node's output
         if (g.value(w).producer != n.id && !g.value(w).is_output && !aliased_value[w]) in_arena[w] = 1, all_alias = false;
       b.skip = all_alias;
-      if (!b.skip && k->scratch_bytes) scratch = std::max<int64_t>(scratch, static_cast<int64_t>(k->scratch_bytes(g, n, scratch_threads)));
+      if (!b.skip && !b.writes_nothing && k->scratch_bytes) scratch = std::max<int64_t>(scratch, static_cast<int64_t>(k->scratch_bytes(g, n, scratch_threads)));
       stats_.flops += ecg::node_flops(g, n);
       if (s.epilogue || s.prologue) ++stats_.hooked_steps;
     } else {
@@ -132,7 +139,10 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
     if (s.epilogue) b.epi = kernels::ElementHook{s.epilogue, nullptr};
     if (s.prologue) b.pro = kernels::ElementHook{s.prologue, nullptr};
     b.ptrs.assign(s.args.size(), nullptr);
-    if (!b.skip) ++stats_.kernels_per_call;
+    // A step that writes only zero-element values has nothing to do (rewrite/fold_empty_values
+    // leaves such nodes only where they make a graph output).
+    if (b.writes_nothing) b.skip = true;
+    else if (!b.skip) ++stats_.kernels_per_call;
     else ++stats_.aliased_views;
     steps_.push_back(std::move(b));
     // Program aliases take effect once the step that makes their target has been bound.
@@ -274,6 +284,8 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
       } else {
         b.kernel->run(call);
       }
+    } catch (const IndexOutOfRange& e) {  // the caller's data, not the core: keep the kind
+      DNNF_THROW_AS(IndexOutOfRange, g.describe_node(n.id), " (from ", n.origin, "): ", e.what());
     } catch (const std::exception& e) {
       DNNF_THROW("dnnfusion core failed in node ", n.id, " ", g.describe_node(n.id), " (from ", n.origin, "): ", e.what());
     }

@@ -66,7 +66,8 @@ class Executable {
   struct Bound {
     Step step;
     const OpKernel* kernel = nullptr;  // Node steps
-    bool skip = false;  // every output is an alias: nothing to launch
+    bool skip = false;  // every output is an alias, or empty: nothing to launch
+    bool writes_nothing = false;  // every value it writes has zero elements
     std::vector<char> aliased;  // per output: a view into its input, not written by this step
     std::vector<const void*> ptrs;  // pointer table of step.args, refilled per call
     kernels::ElementHook epi, pro;

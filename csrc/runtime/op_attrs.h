@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
@@ -24,5 +25,11 @@ bool cat_skips_operand(const std::vector<int64_t>& operand, const std::vector<in
 // aten.convolution (1-D or 2-D, NCHW) as the kernels' problem shape; a 1-D conv is a 2-D conv of
 // height 1.
 kernels::Conv2dShape conv2d_shape(const ecg::Graph& g, const ecg::Node& n);
+
+// aten._scaled_dot_product_flash_attention_for_cpu (query, key, value[, attn_mask]) ->
+// (output [B, H, Lq, Dv], logsumexp [B, H, Lq] or empty) as every target's kernel implements it:
+// "" or what a node asks for that no kernel does (dropout, grouped-query heads, shapes that do not
+// line up, a mask that does not broadcast to [B, H, Lq, Lk]).
+std::string sdpa_unsupported(const ecg::Graph& g, const ecg::Node& n);
 
 }  // namespace dnnfusion::runtime

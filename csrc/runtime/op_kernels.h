@@ -56,7 +56,8 @@ struct OpKernel {
   bool prologue_hook = false;
   // Bit i set: run() reads input i through KernelCall::strides_of(i) when given.
   uint32_t strided_inputs = 0;
-  // run() writes output 0 through KernelCall::out_strides when given.
+  // run() writes output 0 through KernelCall::out_strides when given, provided its innermost dim
+  // stays contiguous (stride 1, or extent 1): kernels store whole rows.
   bool strided_output = false;
 };
 

@@ -207,4 +207,19 @@ TEST(BlockPlan, AttentionReadsHeadSplitsStridedAndStoresItsHeadMergeThroughStrid
   EXPECT_EQ(p.edge_rules.at("Many-to-Many -> Shuffle: strided store"), 1);
 }
 
+// The attention kernel stores whole rows: a permute that moves the innermost dim is no store
+// strides (it is computed after the kernel instead).
+TEST(BlockPlan, PermuteMovingTheInnermostDimIsNotAStoreStride) {
+  Builder b;
+  std::vector<int> qkv{b.in({2, 3, 4, 5}), b.in({2, 3, 4, 5}), b.in({2, 3, 4, 5})};
+  int att = b.g.node(b.g.add_node("_scaled_dot_product_flash_attention_for_cpu", qkv,
+                                  {{{2, 3, 4, 5}, DType::Float32}, {{2, 3, 4}, DType::Float32}}, {{"dropout_p", 0.0}}))
+                .outputs[0];
+  int t = b.op("permute", {att}, {2, 4, 5, 3}, {{"dims", std::vector<int64_t>{0, 2, 3, 1}}});
+  b.g.set_outputs({t});
+  BlockPlan p = plan(b.g, {0, 1});
+  EXPECT_EQ(p.store_target, -1);
+  EXPECT_TRUE(p.store_strides.empty());
+}
+
 }  // namespace

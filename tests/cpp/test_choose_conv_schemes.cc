@@ -74,6 +74,22 @@ TEST(ChooseConvSchemes, HeuristicFollowsTheProducerAndSkipsUnblockableConvs) {
   expect_same_values(g, sc, rng);
 }
 
+// Conv2d(5, 10, 3, groups=5): one input and two output channels per group, and neither 5 nor 10
+// channels fit a vector block: the conv stays NCHW instead of getting a scheme that does not fit.
+TEST(ChooseConvSchemes, NarrowGroupedConvWhoseChannelsFitNoBlockStaysNchw) {
+  std::mt19937_64 rng(testing::test_seed());
+  GraphBuilder B(rng);
+  int x = B.input({1, 5, 8, 8});
+  int y = B.conv(x, B.weight({10, 1, 3, 3}, 0.05f, 0.2f), B.weight({10}), 1, 1, 5);
+  B.out({y});
+  const auto sc = layout::choose_conv_schemes(B.g, layout::ChooseOptions{});
+  EXPECT_EQ(sc.report.convs, 0);
+  layout::LayoutStats st;
+  ecg::Graph out = layout::propagate_blocked_layout(B.g, sc.fn(), &st);
+  EXPECT_EQ(st.convs_blocked, 0);
+  expect_same_values(B.g, sc, rng);
+}
+
 TEST(ChooseConvSchemes, HeuristicDepthwiseTakesItsProducersBlockInsteadOfReblocking) {
   // An inverted-residual block (mobilenet_v2): expand 1x1 16->64, depthwise 3x3 on 64, project
   // 1x1 64->16. Whatever block the expand conv picks, the depthwise conv runs in it (and the

@@ -160,7 +160,7 @@ TEST(DataMovement, IndexSelectAndEmbedding) {
     std::vector<int64_t> i64(ni);
     std::vector<int32_t> i32(ni);
     for (int64_t j = 0; j < ni; ++j) {
-      i64[j] = std::uniform_int_distribution<int64_t>(-sd, sd - 1)(g);
+      i64[j] = std::uniform_int_distribution<int64_t>(0, sd - 1)(g);
       i32[j] = static_cast<int32_t>(i64[j]);
     }
     const void* idx = idt == DType::Int64 ? static_cast<const void*>(i64.data()) : i32.data();
@@ -180,8 +180,9 @@ TEST(DataMovement, IndexSelectAndEmbedding) {
     EXPECT_NE(m.find("index 3"), std::string::npos) << m;
     EXPECT_NE(m.find("size 3"), std::string::npos) << m;
   }
-  const int64_t neg[1] = {-4};
-  EXPECT_THROW(index_select(4, emb, 1, 3, 2, neg, DType::Int64, 1, out, kSerial), Error);
+  const int64_t neg[1] = {-1};  // eager's index_select and embedding take no negative index
+  EXPECT_THROW(index_select(4, emb, 1, 3, 2, neg, DType::Int64, 1, out, kSerial), IndexOutOfRange);
+  EXPECT_THROW(reference::index_select(4, emb, 1, 3, 2, neg, DType::Int64, 1, out), IndexOutOfRange);
   EXPECT_THROW(index_select(4, emb, 1, 3, 2, neg, DType::Float32, 1, out, kSerial), Error);
 }
 
@@ -200,7 +201,7 @@ TEST(DataMovement, GatherRandom) {
       shape[k] = k == d ? std::uniform_int_distribution<int64_t>(0, 6)(g) : std::uniform_int_distribution<int64_t>(1, src_shape[k])(g);
     const int64_t n = numel(shape);
     std::vector<int64_t> index(std::max<int64_t>(n, 1));
-    for (auto& v : index) v = std::uniform_int_distribution<int64_t>(-src_shape[d], src_shape[d] - 1)(g);
+    for (auto& v : index) v = std::uniform_int_distribution<int64_t>(0, src_shape[d] - 1)(g);
     const size_t es = rep % 2 ? 4 : 8;
     const auto src = random_bytes(g, static_cast<size_t>(numel(src_shape)) * es);
     std::vector<unsigned char> got(static_cast<size_t>(n) * es + 1, 0x11), ref(got.size(), 0x11);
@@ -211,7 +212,10 @@ TEST(DataMovement, GatherRandom) {
   const float s[6] = {0, 1, 2, 3, 4, 5};
   float o[6];
   const int64_t bad[2] = {0, 2};
-  EXPECT_THROW(gather(4, s, {3, 2}, 1, bad, {1, 2}, o, kSerial), Error);      // index 2 >= size 2
+  EXPECT_THROW(gather(4, s, {3, 2}, 1, bad, {1, 2}, o, kSerial), Error);  // index 2 >= size 2
+  const int64_t negative[2] = {0, -1};  // eager's gather takes no negative index
+  EXPECT_THROW(gather(4, s, {3, 2}, 1, negative, {1, 2}, o, kSerial), Error);
+  EXPECT_THROW(reference::gather(4, s, {3, 2}, 1, negative, {1, 2}, o), Error);
   EXPECT_THROW(gather(4, s, {3, 2}, 1, bad, {2}, o, kSerial), Error);         // rank mismatch
   EXPECT_THROW(gather(4, s, {3, 2}, 0, bad, {1, 3}, o, kSerial), Error);      // index larger than src off-dim
 }

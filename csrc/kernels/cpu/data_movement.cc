@@ -267,8 +267,11 @@ void index_select(size_t elem_size, const void* src, int64_t outer, int64_t src_
   std::vector<int64_t> ix(static_cast<size_t>(n_idx));
   for (int64_t j = 0; j < n_idx; ++j) {
     const int64_t v = idx_dtype == DType::Int64 ? static_cast<const int64_t*>(idx)[j] : static_cast<const int32_t*>(idx)[j];
-    DNNF_CHECK(v >= -src_dim && v < src_dim, "index ", v, " is out of bounds for dimension with size ", src_dim);
-    ix[j] = v < 0 ? v + src_dim : v;
+    // As eager: index_select and embedding take no negative indices.
+    if (v < 0 || v >= src_dim)
+      DNNF_THROW_AS(IndexOutOfRange, "index ", v, " is out of range for a dimension of size ", src_dim, " (allowed: 0 to ",
+                    src_dim - 1, ")");
+    ix[j] = v;
   }
   const int64_t row = inner * static_cast<int64_t>(elem_size);
   if (row == 0 || outer == 0) return;
@@ -305,7 +308,7 @@ void gather(size_t elem_size, const void* src, const std::vector<int64_t>& src_s
   const int64_t dsize = rank == 0 ? 1 : src_shape[dim];
   const int64_t dstride = rank == 0 ? 0 : sst[dim];
   if (rank == 0) {
-    DNNF_CHECK(index[0] == 0 || index[0] == -1, "gather: index ", index[0], " is out of bounds for size 1");
+    if (index[0] != 0) DNNF_THROW("gather: index ", index[0], " is out of bounds for size 1");
     std::memcpy(dst, src, elem_size);
     return;
   }
@@ -323,9 +326,9 @@ void gather(size_t elem_size, const void* src, const std::vector<int64_t>& src_s
       char* dr = d0 + rr * L * es;
       for (int64_t i = 0; i < L; ++i) {
         int64_t v = ir[i];
-        DNNF_CHECK(v >= -dsize && v < dsize, "gather: index ", v, " is out of bounds for dimension ", dim, " with size ",
-                   dsize);
-        if (v < 0) v += dsize;
+        if (v < 0 || v >= dsize)  // as eager: no negative indices, and a RuntimeError (not IndexError)
+          DNNF_THROW("gather: index ", v, " is out of bounds for dimension ", dim, " with size ",
+                        dsize, " (allowed: 0 to ", dsize - 1, ")");
         std::memcpy(dr + i * es, s0 + (w.off + i * Ls + v * dstride) * es, elem_size);
       }
     }

@@ -561,8 +561,8 @@ void index_select(size_t elem_size, const void* src, int64_t outer, int64_t src_
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < n_idx; ++j) {
       int64_t v = idx_dtype == DType::Int64 ? static_cast<const int64_t*>(idx)[j] : static_cast<const int32_t*>(idx)[j];
-      if (v < -src_dim || v >= src_dim) DNNF_THROW("reference: index out of range");
-      if (v < 0) v += src_dim;
+      if (v < 0 || v >= src_dim)
+        DNNF_THROW_AS(IndexOutOfRange, "index ", v, " is out of range for a dimension of size ", src_dim);
       for (int64_t i = 0; i < inner; ++i)
         std::memcpy(static_cast<char*>(dst) + ((o * n_idx + j) * inner + i) * es,
                     static_cast<const char*>(src) + ((o * src_dim + v) * inner + i) * es, elem_size);
@@ -578,8 +578,9 @@ void gather(size_t elem_size, const void* src, const std::vector<int64_t>& src_s
   for (int64_t p = 0; p < n; ++p) {
     auto idx = unravel(p, shape);
     if (rank > 0) {
-      int64_t v = index[p];
-      if (v < 0) v += src_shape[dim];
+      const int64_t v = index[p];
+      if (v < 0 || v >= src_shape[dim])
+        DNNF_THROW("gather: index ", v, " is out of bounds for a dimension of size ", src_shape[dim]);
       idx[dim] = v;
     }
     std::memcpy(static_cast<char*>(dst) + p * es, static_cast<const char*>(src) + dot(idx, sst) * es, elem_size);

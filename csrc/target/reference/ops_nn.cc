@@ -193,37 +193,7 @@ void run_mm(KernelCall& c) {
 }
 
 // ---- scaled dot-product attention: (query, key, value[, attn_mask]) -> (output, logsumexp) ----
-std::string check_sdpa_shapes(const Graph& g, const Node& n) {
-  const Shape &q = shp(g, n.inputs[0]), &k = shp(g, n.inputs[1]), &v = shp(g, n.inputs[2]);
-  if (q.size() != 4 || k.size() != 4 || v.size() != 4) return "attention expects rank-4 query/key/value";
-  if (k[0] != q[0] || v[0] != q[0] || k[1] != q[1] || v[1] != q[1]) return "attention with differing batch or head counts";
-  if (k[3] != q[3] || v[2] != k[2]) return "attention key/value shapes do not match the query";
-  if (shp(g, n.outputs[0]) != Shape{q[0], q[1], q[2], v[3]}) return "attention output is not [B, H, Lq, Dv]";
-  if (n.outputs.size() > 1 && numel(g, n.outputs[1]) != 0) return check_extra_output(g, n, 1, q[0] * q[1] * q[2]);
-  return "";
-}
-
-std::string check_sdpa_mask(const Graph& g, const Node& n) {
-  const int m = n.input_or_absent(3);
-  if (m < 0) return "";
-  if (g.value(m).dtype != DType::Float32 && g.value(m).dtype != DType::Bool)
-    return "attention mask dtype must be float32 or bool";
-  const Shape &q = shp(g, n.inputs[0]), &k = shp(g, n.inputs[1]);
-  if (!broadcasts(shp(g, m), {q[0], q[1], q[2], k[2]})) return "attention mask does not broadcast to [B, H, Lq, Lk]";
-  return "";
-}
-
-std::string check_sdpa(const Graph& g, const Node& n) {
-  std::string why = check_arity(n, 3, 4, 2);
-  if (!why.empty()) return why;
-  if (n.attr_float("dropout_p", 0.0) != 0.0) return "attention with dropout_p != 0";
-  for (int i = 0; i < 3; ++i)
-    if (g.value(n.inputs[i]).dtype != DType::Float32) return "attention on non-float32 inputs";
-  for (int o : n.outputs)
-    if (g.value(o).dtype != DType::Float32) return "attention with a non-float32 output";
-  why = check_sdpa_shapes(g, n);
-  return why.empty() ? check_sdpa_mask(g, n) : why;
-}
+std::string check_sdpa(const Graph& g, const Node& n) { return runtime::sdpa_unsupported(g, n); }
 
 kernels::Tensor4 t4(const KernelCall& c, size_t slot) {
   const Shape cs = contiguous_strides(shp(c.g, c.n.inputs[slot]));

@@ -110,6 +110,11 @@ std::string emit_function(StageKind kind, const Graph& g, const ExprBuilder& b, 
   }
   const size_t nouts = outs.size();
   const size_t nleaf = leaf_order.size();
+  // A zero-element iteration space is one empty dim: no index arithmetic divides by an extent.
+  if (std::find(dims.begin(), dims.end(), int64_t{0}) != dims.end()) {
+    dims = {0};
+    for (auto& a : acc) a.strides = {0};
+  }
   // Collapse: drop size-1 dims, merge neighbours every access walks contiguously.
   {
     std::vector<int64_t> nd;
@@ -641,7 +646,12 @@ void CodegenUnit::compile() {
     src << "#define DNNF_GEMM_ISA " << isa << "\n" << gemm_template_source();
   }
   for (const auto& [name, text] : functions_) src << "\n" << text;
-  JitModule module = jit_compile(src.str());
+  // Every emitted function is an exported symbol some resolver looks up: a cached module that
+  // lacks one is stale and must be rebuilt rather than fail in a resolver.
+  std::vector<std::string> symbols;
+  symbols.reserve(functions_.size());
+  for (const auto& kv : functions_) symbols.push_back(kv.first);
+  JitModule module = jit_compile(src.str(), symbols);
   for (auto& r : resolvers_)
     if (r) r(module);
   resolvers_.clear();

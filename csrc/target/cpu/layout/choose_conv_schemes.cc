@@ -111,9 +111,10 @@ std::vector<std::pair<int, int>> block_pairs(const Conv2dShape& s, kernels::Isa 
     if (!any && s.C <= 64 && kernels::conv_nchwc_group_blocks_fit(s, static_cast<int>(s.C), oc))
       out.push_back({static_cast<int>(s.C), oc});
   }
-  if (out.empty() && grouped(s)) {  // groups narrower than every vector block: the kernel's choice
-    const auto d = kernels::conv_nchwc_default_knobs(s, isa);
-    out.push_back({d.ic_bn, d.oc_bn});
+  if (out.empty() && grouped(s)) {  // groups narrower than every vector block: the kernel's choice,
+    const auto d = kernels::conv_nchwc_default_knobs(s, isa);  // if it fits the channels (else NCHW)
+    if (block_fits(s.C, d.ic_bn) && block_fits(s.K, d.oc_bn) && kernels::conv_nchwc_group_blocks_fit(s, d.ic_bn, d.oc_bn))
+      out.push_back({d.ic_bn, d.oc_bn});
   }
   return out;
 }

@@ -30,9 +30,9 @@ int packable(const Graph& g, const std::vector<char>& is_const, const Node& n) {
   if (n.op == "addmm") {
     const double beta = n.attr_float("beta", 1.0);
     const auto& bias = g.value(n.inputs[0]);
-    if (beta != 0.0 && (beta != 1.0 || !f32(g, n.inputs[0]) || bias.numel() != bs[1] ||
-                        (bias.shape.size() != 1 && bias.shape.back() != bs[1])))
-      return -1;
+    // The packed GEMM reads its bias as N contiguous floats: a [N], [1, N] or (N = 1) 0-d tensor.
+    const bool row = bias.numel() == bs[1] && (bias.shape.size() <= 1 || bias.shape.back() == bs[1]);
+    if (beta != 0.0 && (beta != 1.0 || !f32(g, n.inputs[0]) || !row)) return -1;
   }
   return static_cast<int>(x);
 }

@@ -317,19 +317,7 @@ void run_mm_packed(KernelCall& c) {
 }
 
 // ---- scaled dot-product attention ----
-std::string check_sdpa(const Graph& g, const Node& n) {
-  if (n.attr_float("dropout_p", 0.0) != 0.0) return "attention with dropout_p != 0";
-  for (int i = 0; i < 3; ++i)
-    if (shp(g, n.inputs[i]).size() != 4) return "attention expects rank-4 query/key/value";
-  int m = n.input_or_absent(3);
-  if (m >= 0) {
-    if (g.value(m).dtype != DType::Float32 && g.value(m).dtype != DType::Bool) return "attention mask dtype must be float32 or bool";
-    if (shp(g, m).size() > 4) return "attention mask of rank > 4";
-  }
-  for (int i = 0; i < 3; ++i)
-    if (g.value(n.inputs[i]).dtype != DType::Float32) return "attention on non-float32 inputs";
-  return "";
-}
+std::string check_sdpa(const Graph& g, const Node& n) { return runtime::sdpa_unsupported(g, n); }
 
 size_t sdpa_scratch(const Graph& g, const Node& n, int threads) {
   return kernels::sdpa_scratch_bytes(shp(g, n.inputs[0])[2], shp(g, n.inputs[1])[2], threads);
