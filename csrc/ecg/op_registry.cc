@@ -87,7 +87,7 @@ std::string batch_norm_refuses(const Graph& g, const Node& n) {
 std::vector<OpInfo> build_table() {
   std::vector<OpInfo> t;
   auto add = [&](const char* name, M m, P p, bool removable, MathProps props, F fm, double fpe = 0, int nout = 1) {
-    t.push_back(OpInfo{name, m, p, removable, std::move(props), fm, fpe, nout});
+    t.push_back(OpInfo{name, m, p, removable, std::move(props), fm, fpe, nout, ElementwiseRule{}});
   };
   // ---- One-to-One: elementwise unary ----
   // Each row ends with the expression (ecg/elementwise_expr.h); selects are written so that a

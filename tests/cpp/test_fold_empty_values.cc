@@ -27,8 +27,11 @@ TEST(RewriteFoldEmptyValues, EmptyChainBecomesConstantsAndOutputsKeepTheirNodes)
   EXPECT_EQ(count_op(g, "relu"), 0);
   EXPECT_EQ(count_op(g, "sum"), 1);
   EXPECT_EQ(count_op(g, "sigmoid"), 1);
-  for (const auto& n : g.nodes())
-    if (n.op == "sum") EXPECT_EQ(g.value(n.inputs[0]).kind, ecg::ValueKind::Constant);
+  for (const auto& n : g.nodes()) {
+    if (n.op == "sum") {
+      EXPECT_EQ(g.value(n.inputs[0]).kind, ecg::ValueKind::Constant);
+    }
+  }
   // A second run finds nothing more (the sigmoid makes a graph output).
   int again = -1;
   rewrite::fold_empty_values(g, &again);

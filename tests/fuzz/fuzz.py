@@ -253,14 +253,25 @@ def main(argv=None):
     failures = []
     t0 = time.monotonic()
 
+    def write_summary(repros=()):
+        summary = {"cases": len(jobs), "done": sum(counts.values()), "counts": dict(counts),
+                   "seconds": round(time.monotonic() - t0, 1),
+                   "failures": [{"seed": j["seed"], "mode": j["mode"], "status": s, "detail": d[:2000]}
+                                for j, s, d in failures], "repros": list(repros)}
+        with open(os.path.join(args.out, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        return summary
+
     def on_result(job, status, detail):
         counts[status] += 1
+        if sum(counts.values()) % 500 == 0:  # a long run's partial result survives an interruption
+            write_summary()
         if status not in ("ok", "invalid"):
             failures.append((job, status, detail))
             print(f"\nFAIL seed {job['seed']} mode {job['mode']}: {status}: {detail.splitlines()[0] if detail else ''}",
                   file=sys.stderr, flush=True)
         done = sum(counts.values())
-        end = "\n" if not sys.stderr.isatty() and done % 50 else "\r"
+        end = "\r" if sys.stderr.isatty() else "\n"  # one updating line on a terminal
         if sys.stderr.isatty() or done % 50 == 0 or done == len(jobs):
             print(f"fuzz: {done}/{len(jobs)} cases, {dict(counts)}, {time.monotonic() - t0:.0f} s", end=end,
                   file=sys.stderr, flush=True)
@@ -270,11 +281,7 @@ def main(argv=None):
     for job, status, detail in failures:
         keep = list(range(999)) if args.no_minimize else minimize(job["seed"], job["mode"], status, args.timeout, env)
         repros.append(write_repro(args.out, job["seed"], job["mode"], status, detail, keep))
-    summary = {"cases": len(jobs), "counts": dict(counts), "seconds": round(time.monotonic() - t0, 1),
-               "failures": [{"seed": j["seed"], "mode": j["mode"], "status": s, "detail": d[:2000]}
-                            for j, s, d in failures], "repros": repros}
-    with open(os.path.join(args.out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
+    summary = write_summary(repros)
     print(f"\nfuzz: {len(jobs)} cases in {summary['seconds']} s: {dict(counts)}; "
           f"{len(failures)} failures{'; repros in ' + args.out if failures else ''}", file=sys.stderr)
     return 1 if failures else 0
