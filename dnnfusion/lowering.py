@@ -301,12 +301,9 @@ class Lowerer:
     # ---- compiling a region ----
     def build_region(self, sub: fx.GraphModule, outer_args):
         """Compiles one fused submodule, cut from the whole-model ECG; returns (handle, run inputs, metas)."""
-        # The submodule's placeholders carry the names of the nodes they stood for when the
-        # partitions were fused; an outer argument may since have become the output of an earlier
-        # region's call, but the ECG value the region's nodes read is the original node's.
-        placeholders = [n for n in sub.graph.nodes if n.op == "placeholder"]
-        input_ids = [self.values[ph.name] if isinstance(self.values.get(ph.name), int) else self._value(a)
-                     for ph, a in zip(placeholders, outer_args)]
+        # An outer argument that an earlier region's call now produces carries that region's
+        # output value (recorded by note_region_outputs), the value this region's nodes read.
+        input_ids = [self._value(a) for a in outer_args]
         run_inputs = [a for a in outer_args if not self.is_compile_time(a)]
         try:
             node_ids = sorted(self.ecg_nodes[n.name] for n in sub.graph.nodes
@@ -324,7 +321,13 @@ class Lowerer:
         strides = [list(m.stride()) if not m.is_contiguous() and is_non_overlapping_and_dense(m) else []
                    for m in metas]
         handle = _C.compile_part(self.graph, node_ids, input_ids, out_ids, self.core_opts, strides)
-        return handle, run_inputs, metas
+        return handle, run_inputs, metas, out_ids
+
+    def note_region_outputs(self, call, out_ids):
+        """The getitem nodes reading a region's call stand for the region's output values."""
+        for user in call.users:
+            if user.target is operator.getitem and isinstance(user.args[1], int):
+                self.values[user.name] = out_ids[user.args[1]]
 
 
 def _fetch_attr(gm, target):
@@ -375,7 +378,7 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
             continue
         sub = getattr(gm, node.target)
         try:
-            handle, run_inputs, metas = lowerer.build_region(sub, node.args)
+            handle, run_inputs, metas, out_ids = lowerer.build_region(sub, node.args)
         except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix, not fallbacks
             raise
         except Exception as e:  # the region runs eagerly (its submodule stays), and we say why, loudly
@@ -395,6 +398,7 @@ def lower(gm: fx.GraphModule, frozen: dict, opts, report: GraphReport) -> fx.Gra
             call = gm.graph.call_function(torch.ops.dnnfusion.run.default, (handle, list(run_inputs)))
         call.meta["val"] = list(metas)
         node.replace_all_uses_with(call)
+        lowerer.note_region_outputs(call, out_ids)
         gm.graph.erase_node(node)
         delattr(gm, node.target)
     gm.graph.eliminate_dead_code()

@@ -75,6 +75,16 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
   const int scratch_threads = pool_->num_threads();
   int64_t scratch = 0;
   size_t next_alias = 0;
+  // Program aliases take effect once the step that makes their target has been bound (aliases
+  // of graph inputs, after_step = -1, before any step), so that a later view aliases the final
+  // location of its operand.
+  auto apply_aliases = [&] {
+    while (next_alias < program.aliases.size() && program.aliases[next_alias].after_step < static_cast<int>(steps_.size())) {
+      const Alias& a = program.aliases[next_alias++];
+      alias_to(a.value, a.target, a.byte_offset);
+    }
+  };
+  apply_aliases();
   for (Step& st : program.steps) {
     Bound b;
     b.step = std::move(st);
@@ -145,11 +155,7 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
     else if (!b.skip) ++stats_.kernels_per_call;
     else ++stats_.aliased_views;
     steps_.push_back(std::move(b));
-    // Program aliases take effect once the step that makes their target has been bound.
-    while (next_alias < program.aliases.size() && program.aliases[next_alias].after_step < static_cast<int>(steps_.size())) {
-      const Alias& a = program.aliases[next_alias++];
-      alias_to(a.value, a.target, a.byte_offset);
-    }
+    apply_aliases();
   }
 
   // Liveness: a buffer lives from its producer's step to the last step reading it or any view of it.

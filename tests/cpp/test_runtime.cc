@@ -404,6 +404,32 @@ TEST(Executor, ContiguousViewsAreAliasedNotLaunched) {
   for (int i = 0; i < 12; ++i) EXPECT_FLOAT_EQ(o2[i], std::exp(in[12 + i]));
 }
 
+// A program alias of a graph input (a fused slice + view, after_step = -1) takes effect before
+// the first step is bound, so a library view of it (the unsqueeze) aliases the input's rows.
+TEST(Executor, ProgramAliasOfAnInputIsInPlaceBeforeTheFirstStep) {
+  Graph g;
+  int x = g.add_input({6, 4}, DType::Float32);
+  int sl = g.node(g.add_node("slice", {x}, {{{2, 4}, DType::Float32}},
+                             {{"dim", int64_t{0}}, {"start", int64_t{3}}, {"end", int64_t{5}}, {"step", int64_t{1}}})).outputs[0];
+  int v = g.node(g.add_node("view", {sl}, {{{8}, DType::Float32}}, {{"size", std::vector<int64_t>{8}}})).outputs[0];
+  int u = g.node(g.add_node("unsqueeze", {v}, {{{1, 8}, DType::Float32}}, {{"dim", int64_t{0}}})).outputs[0];
+  int n = g.node(g.add_node("neg", {u}, {{{1, 8}, DType::Float32}})).outputs[0];
+  g.set_outputs({n});
+  Program prog;
+  prog.aliases.push_back(Alias{sl, x, 3 * 4 * 4, -1});
+  prog.aliases.push_back(Alias{v, sl, 0, -1});
+  for (int node : {2, 3}) {
+    Step st;
+    st.node = node;
+    prog.steps.push_back(st);
+  }
+  Executable exe(g, ExecOptions{1}, prog);
+  std::vector<float> in(24), out(8, 0.f);
+  std::iota(in.begin(), in.end(), 0.f);
+  exe.run({in.data()}, {out.data()});
+  for (int i = 0; i < 8; ++i) EXPECT_FLOAT_EQ(out[i], -in[12 + i]) << i;
+}
+
 TEST(Executor, UnsupportedNodeIsRejectedNamingTheNode) {
   Graph g;
   int x = g.add_input({1, 2, 4, 4}, DType::Float32);

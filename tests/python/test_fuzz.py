@@ -42,3 +42,17 @@ def test_short_fuzz_run_has_no_crash_hang_fallback_or_wrong_result(tmp_path):
     print(f"\nfuzz: {summary['cases']} cases in {summary['seconds']} s: {summary['counts']}")
     assert r.returncode == 0 and summary["counts"].get("ok", 0) + summary["counts"].get("invalid", 0) == 300, \
         json.dumps(summary["failures"], indent=1)[:6000]
+
+
+# Seeds that once failed (an expanded output view, a region reading an earlier region's output,
+# an attention store that moved the innermost dim, regions reading earlier regions, a fused alias
+# of a graph input read by a library view).
+REGRESSIONS = [20, 68, 812, 1727, 1845, 3552, 4324]
+
+
+def test_seeds_that_once_failed_now_match_eager():
+    sys.path.insert(0, os.path.join(HERE, "..", "fuzz"))
+    import fuzz
+
+    results = {(s, m): fuzz.run_case(s, m) for s in REGRESSIONS for m in fuzz.MODES}
+    assert all(status == "ok" for status, _ in results.values()), {k: v for k, v in results.items() if v[0] != "ok"}
