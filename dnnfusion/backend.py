@@ -14,16 +14,16 @@ from torch._functorch.aot_autograd import aot_module_simplified
 
 from . import _C
 from .options import parse_options
-from .report import FallbackWarning, GraphReport, publish
+from .report import GraphReport, publish, warn_fallback
 
 _warned = set()
 _SHAPE_CACHE_SIZE = 8
 
 
-def _warn_once(key, msg, category=UserWarning):
+def _warn_once(key, msg):
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(msg, category, stacklevel=3)
+        warnings.warn(msg, stacklevel=3)
 
 
 def _static_indices(gm):
@@ -68,8 +68,7 @@ def _compile_static(gm, example_inputs, opts, report):
             except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix
                 raise
             except Exception as e:  # never fail the user's model: run this graph eagerly
-                _warn_once(("lower", type(e).__name__), f"dnnfusion: lowering failed ({type(e).__name__}: {e}); running eagerly",
-                           FallbackWarning)
+                warn_fallback(f"lowering failed ({type(e).__name__}: {e})", what="this graph")
                 report.notes.append(f"lowering failed, graph runs eagerly: {type(e).__name__}: {e}")
                 report.ops_core.clear()
                 return aot_gm
@@ -153,8 +152,7 @@ class _PerShapeCompiled:
                 else:
                     fn = _compile_static(self.gm, list(args), self.opts, rep)
             except Exception as e:  # never fail the user's call: run this shape eagerly
-                _warn_once(("shape", type(e).__name__), f"dnnfusion: compiling for a new shape failed ({e}); running eagerly",
-                           FallbackWarning)
+                warn_fallback(f"compiling for a new shape failed ({e})", what="this shape")
                 fn = self.gm.forward
             publish(rep)
             with self.lock:

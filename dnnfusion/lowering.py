@@ -219,10 +219,11 @@ class Lowerer:
             if isinstance(vid, list):
                 raise Unsupported("operand is a list of tensors")
             return vid
-        if o.op == "placeholder" and o.name in self.frozen:
-            vid = self.graph.add_weight(self.frozen[o.name], o.name)
-        elif o.op == "get_attr":
-            vid = self.graph.add_weight(_fetch_attr(self.gm, o.target), o.name)
+        if self.is_compile_time(o):
+            t = self.frozen[o.name] if o.op == "placeholder" else _fetch_attr(self.gm, o.target)
+            if t.device.type != self.device_type:
+                raise Unsupported(f"weight on {t.device}, the target runs on {self.device_type}")
+            vid = self.graph.add_weight(t, o.name)
         else:
             v = o.meta.get("val")
             if not isinstance(v, torch.Tensor):
@@ -234,10 +235,6 @@ class Lowerer:
             if v.device.type != self.device_type:
                 raise Unsupported(f"operand on {v.device}, the target runs on {self.device_type}")
             vid = self.graph.add_input(list(v.shape), _DTYPES[v.dtype], o.name)
-        if self.is_compile_time(o):
-            t = self.frozen[o.name] if o.op == "placeholder" else _fetch_attr(self.gm, o.target)
-            if t.device.type != self.device_type:
-                raise Unsupported(f"weight on {t.device}, the target runs on {self.device_type}")
         self.values[o.name] = vid
         return vid
 

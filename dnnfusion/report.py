@@ -15,8 +15,8 @@ _warned = set()
 _warned_lock = threading.Lock()
 
 
-def warn_fallback(reason):
-    """Warns once per distinct reason that a region runs eagerly. Reasons that differ only in file
+def warn_fallback(reason, what="that region"):
+    """Warns once per distinct reason that `what` runs eagerly. Reasons that differ only in file
     paths (each compile has its own source file) are one reason."""
     import re
     import warnings
@@ -29,7 +29,7 @@ def warn_fallback(reason):
         _warned.add(key)
     if len(text) > 1200:
         text = text[:1200] + " ..."
-    warnings.warn(f"dnnfusion: {text}; that region runs eagerly", FallbackWarning, stacklevel=2)
+    warnings.warn(f"dnnfusion: {text}; {what} runs eagerly", FallbackWarning, stacklevel=2)
 
 
 @dataclass(frozen=True)

@@ -113,7 +113,6 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
       if (!s.out_strides.empty() && !k->strided_output) DNNF_THROW("op ", n.op, " cannot write its output strided");
       b.kernel = k;
       b.aliased.assign(n.outputs.size(), 0);
-      if (s.writes.empty()) s.writes = n.outputs;
       if (s.reads.empty()) s.reads = n.inputs;
       bool all_alias = !n.outputs.empty();
       for (size_t slot = 0; slot < n.outputs.size(); ++slot) {
