@@ -151,6 +151,38 @@ CASES = [
     ("logical_and.int", lambda x, y: aten.logical_and(x, y), [idx(2, 4, 6), idx(2, 6)], "aten.logical_and.default"),
     ("bitwise_not.int", lambda x: aten.bitwise_not(x), [idx(9, 4, 6)], "aten.bitwise_not.default"),
     ("atan2", lambda x, y: aten.atan2(x, y), [X2, r(6)], "aten.atan2.default"),
+    # Reductions to an index or a value, over chosen dims, with ties (the first index wins, as eager).
+    ("amin.dims_keepdim", lambda x: aten.amin(x, [0, 2], True), [X3], "aten.amin.default"),
+    ("amin.neg_dim", lambda x: aten.amin(x, [-1]), [X3], "aten.amin.default"),
+    ("argmin.dim_keepdim", lambda x: aten.argmin(x, 1, True), [X3], "aten.argmin.default"),
+    ("argmin.flat", lambda x: aten.argmin(x), [X3], "aten.argmin.default"),
+    ("argmin.ties", lambda x: aten.argmin(x, 1), [idx(3, 4, 9).float()], "aten.argmin.default"),
+    # Views with negative or inferred dims, and a storage offset.
+    ("as_strided.offset", lambda x: aten.as_strided(x, [3, 2], [1, 3], 1) * 1, [X2], "aten.as_strided.default"),
+    ("permute.neg", lambda x: aten.permute(x, [-1, 0, 1]) * 1, [X3], "aten.permute.default"),
+    ("view.infer", lambda x: aten.view(x, [-1, 3]) * 1, [X2], "aten.view.default"),
+    ("unsqueeze.neg", lambda x: aten.unsqueeze(x, -1) * 1, [X2], "aten.unsqueeze.default"),
+    ("split.size_dim", lambda x: aten.split(x, 4, 1)[1] * 1, [X2], "aten.split.Tensor"),
+    ("t.vector", lambda x: aten.t(x) * 1, [r(5)], "aten.t.default"),
+    # Sources: the dtype argument decides the result's dtype.
+    ("ones.dtype", lambda x: x + aten.ones([4, 6], dtype=torch.float64), [X2], "aten.ones.default"),
+    ("zeros.dtype_bool", lambda x: aten.logical_or(x > 0, aten.zeros([6], dtype=torch.bool)), [X2],
+     "aten.zeros.default"),
+    ("scalar_tensor.dtype", lambda x: x * aten.scalar_tensor(2.5, dtype=torch.float64), [X2],
+     "aten.scalar_tensor.default"),
+    # Integer inputs and scalars of another type: the result type follows eager's promotion.
+    ("gt.int_float_scalar", lambda x: aten.gt(x, 1.5), [idx(4, 4, 6)], "aten.gt.Scalar"),
+    ("mul.int_float_scalar", lambda x: aten.mul(x, 1.5), [idx(4, 4, 6)], "aten.mul.Tensor"),
+    ("maximum.int_float", lambda x, y: aten.maximum(x, y), [idx(4, 4, 6), r(6)], "aten.maximum.default"),
+    ("abs.int", lambda x: aten.abs(x - 3), [idx(7, 4, 6)], "aten.abs.default"),
+    ("neg.int", lambda x: aten.neg(x), [idx(7, 4, 6)], "aten.neg.default"),
+    ("sign.int", lambda x: aten.sign(x - 3), [idx(7, 4, 6)], "aten.sign.default"),
+    ("reciprocal.int", lambda x: aten.reciprocal(x), [idx(7, 4, 6) + 1], "aten.reciprocal.default"),
+    ("bitwise_or.int", lambda x, y: aten.bitwise_or(x, y), [idx(16, 4, 6), idx(16, 6)], "aten.bitwise_or.Tensor"),
+    ("logical_not.int", lambda x: aten.logical_not(x), [idx(3, 4, 6)], "aten.logical_not.default"),
+    ("mm.int", lambda a, b: aten.mm(a, b), [idx(5, 4, 3), idx(5, 3, 2)], "aten.mm.default"),
+    ("bmm.k0", lambda a, b: aten.bmm(a, b), [r(2, 3, 0), r(2, 0, 4)], "aten.bmm.default"),
+    ("sqrt.float64", lambda x: aten.sqrt(x), [r(4, 6, dtype=torch.float64)], "aten.sqrt.default"),
 ]
 
 
