@@ -15,8 +15,9 @@ from .options import VALID_OPTIONS
 from .explain import explain, ExplainReport
 from .prune import prune, PruneReport  # dnnfusion.prune is the function; the package is dnnfusion.prune.*
 from . import targets
+from . import cuda  # sparse convolution kernels for NVIDIA GPUs (dnnfusion.cuda.sparse_conv2d)
 
-__all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "prune", "PruneReport", "targets", "CoreError",
+__all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "prune", "PruneReport", "targets", "cuda", "CoreError",
            "CompilerNotFound", "CompilerTimeout", "FallbackWarning", "InvalidInput", "TargetUnavailable", "UnknownTarget", "UnsupportedOp"]
 __version__ = "0.1.0"
 

@@ -5,6 +5,7 @@
 #   - a virtualenv OUTSIDE the checkout ($DNNFUSION_VENV, default ~/.venvs/dnnfusion), so fresh
 #     clones reuse it instead of reinstalling gigabytes of torch
 #   - Python packages pinned in requirements.txt (torch==2.14.1, torchvision==0.29.1, ...)
+#   - the cuda target's toolchain where the machine lacks it: NVRTC, ptxas, nvdisasm (PyPI wheels)
 #   - the build: pip install --no-build-isolation -e . (CMake; incremental in build/)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -30,6 +31,19 @@ PY="$VENV/bin/python"
 if ! "$PY" -c "import torch, torchvision, transformers, pytest, pybind11, numpy, tqdm, cmake, ninja, setuptools; assert torch.__version__.startswith('2.14.1') and int(setuptools.__version__.split('.')[0]) >= 70" >/dev/null 2>&1; then
   echo "[setup] pip install -r requirements.txt"
   "$PY" -m pip install -q -r "$ROOT/requirements.txt"
+fi
+
+# The cuda target's toolchain (dnnfusion.cuda; no GPU needed to build, emulate or test kernels):
+# NVRTC (CUDA C -> PTX; a CUDA build of torch brings it), ptxas (PTX -> cubin; a CUDA toolkit's,
+# else PyPI's nvidia-cuda-nvcc) and nvdisasm (SASS statistics).
+SITE="$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+cuda_pkgs=()
+ls "$SITE"/nvidia/*/lib/libnvrtc.so* >/dev/null 2>&1 || cuda_pkgs+=(nvidia-cuda-nvrtc)
+{ command -v ptxas || ls /usr/local/cuda/bin/ptxas "$SITE"/nvidia/*/bin/ptxas; } >/dev/null 2>&1 || cuda_pkgs+=(nvidia-cuda-nvcc)
+ls "$SITE"/nvidia/*/bin/nvdisasm >/dev/null 2>&1 || command -v nvdisasm >/dev/null 2>&1 || cuda_pkgs+=(nvidia-cuda-nvdisasm)
+if [ ${#cuda_pkgs[@]} -gt 0 ]; then
+  echo "[setup] pip install ${cuda_pkgs[*]}"
+  "$PY" -m pip install -q "${cuda_pkgs[@]}"
 fi
 
 export PATH="$VENV/bin:$PATH"

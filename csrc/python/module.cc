@@ -22,6 +22,7 @@
 #include "prune/channel_scores.h"
 #include "runtime/thread_pool.h"
 #include "target/target.h"
+#include "target_apis.h"
 
 namespace py = pybind11;
 using namespace dnnfusion;
@@ -466,4 +467,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("physical_cores", &runtime::physical_core_count);
   m.def("isa", []() { return std::string(kernels::isa_name(kernels::active_isa())); });
   bind_prune(m);  // pruning scores (csrc/prune)
+  python::bind_target_apis(m);  // _C.<target>: targets' own user-facing APIs
 }

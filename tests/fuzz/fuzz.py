@@ -77,7 +77,30 @@ def run_case(seed, mode, keep=None):
     if fallbacks:  # a region the core accepted but could not compile: a bug, not a fallback
         return "fallback", fallbacks[0][:400]
     bad = _compare(got, want)
+    if bad and _matches_float64(model, inputs, got):
+        return "ok", ""
     return ("wrong", bad) if bad else ("ok", "")
+
+
+def _matches_float64(model, inputs, got):
+    """Whether the compiled outputs match the program run in float64: eager's float32 result can be
+    the inaccurate one (a group norm of one element divides rounding noise by sqrt(eps)), and a
+    compiled result closer to the exact one is not a wrong answer."""
+    import copy
+
+    import torch
+
+    try:
+        m64 = copy.deepcopy(model).double()
+        with torch.no_grad():
+            ref = m64(*[x.double() if x.is_floating_point() else x for x in inputs])
+    except Exception:  # a program that does not run in float64: no second opinion
+        return False
+    ref = ref if isinstance(ref, (tuple, list)) else (ref,)
+    if len(ref) != len(got):
+        return False
+    ref = [r.to(g.dtype) if r.is_floating_point() and g.is_floating_point() else r for r, g in zip(ref, got)]
+    return _compare(list(got), ref) is None
 
 
 def worker_main():

@@ -48,7 +48,8 @@ class ConvHead(nn.Module):
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", ["gemm_n1", "empty_bmm", "grouped_conv", "conv_empty_batch", "expand_output"])
+@pytest.mark.parametrize("case", ["gemm_n1", "empty_bmm", "grouped_conv", "conv_empty_batch", "expand_output",
+                                  "addmm_scalar_bias"])
 def test_small_and_empty_shapes_match_eager_without_fallback(case, mode):
     torch.manual_seed(0)
     if case == "gemm_n1":
@@ -59,6 +60,12 @@ def test_small_and_empty_shapes_match_eager_without_fallback(case, mode):
         m, x = ConvHead(nn.Conv2d(5, 10, 3, padding=1, groups=5)), (torch.randn(1, 5, 8, 8),)
     elif case == "conv_empty_batch":
         m, x = ConvHead(nn.Conv2d(3, 4, 3)), (torch.randn(0, 3, 8, 8),)
+    elif case == "addmm_scalar_bias":  # a 1x1 GEMM plus a 0-d tensor, then a view: addmm with a 0-d bias
+        class AddmmScalar(nn.Module):
+            def forward(self, a, c):
+                return ((a @ a.transpose(-1, -2)) + c).transpose(1, 0) * 2
+
+        m, x = AddmmScalar(), (torch.randn(1, 3), torch.randn([]))
     else:  # an output that is an expanded (stride-0) view of an input
         class ExpandOut(nn.Module):
             def forward(self, a, b):

@@ -432,7 +432,8 @@ std::string emit_template_gemm(const Graph& g, const Node& dn, const std::vector
   int bias_arg = -1;
   if (has_bias && beta != 0.0) {
     const auto& b = g.value(dn.inputs[0]);
-    if (beta != 1.0 || b.numel() != N || !(b.shape.size() == 1 || b.shape.back() == N)) return "";
+    // A 0-d bias with N = 1 is one value per column too.
+    if (beta != 1.0 || b.numel() != N || !(b.shape.size() <= 1 || b.shape.back() == N)) return "";
     bias_arg = args.index_of(dn.inputs[0]);
   }
   const GemmOperand A = gemm_operand(g, dn, a, views, args), B = gemm_operand(g, dn, a + 1, views, args);

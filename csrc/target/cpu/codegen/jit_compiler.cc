@@ -7,10 +7,6 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <poll.h>
-#include <pwd.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -29,10 +25,11 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <thread>
 #include <utility>
 
 #include "common/error.h"
+#include "common/private_cache.h"
+#include "common/subprocess.h"
 #include "kernels/cpu/cpu_features.h"
 
 extern char** environ;
@@ -43,10 +40,6 @@ namespace {
 
 // Part of the cache key as written: changing its text invalidates every cached object.
 const char* kFlags = "-O3 -march=native -std=c++17 -shared -fPIC -fno-math-errno -ffp-contract=fast -fno-plt";
-constexpr double kDefaultTimeoutS = 300;
-constexpr const char* kTimeoutVar = "DNNFUSION_COMPILE_TIMEOUT";
-// Diagnostics only: a compiler stuck printing errors must not grow this process without bound.
-constexpr size_t kMaxCapturedOutput = size_t{1} << 20;
 
 uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -71,100 +64,6 @@ std::string on_path(const std::string& name) {
   while (std::getline(ss, dir, ':'))
     if (!dir.empty() && is_executable(dir + "/" + name)) return dir + "/" + name;
   return "";
-}
-
-// Warnings about one directory or file would otherwise repeat on every compile of the process.
-void warn_once(const std::string& key, const std::string& message) {
-  static std::mutex mu;
-  static std::set<std::string> seen;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!seen.insert(key).second) return;
-  }
-  std::fprintf(stderr, "%s\n", message.c_str());
-}
-
-// Why a file or directory with this status may have been written by someone else; "" if not.
-std::string ownership_problem(const struct stat& st) {
-  if (st.st_uid != geteuid()) return "owned by uid " + std::to_string(st.st_uid);
-  if (st.st_mode & (S_IWGRP | S_IWOTH)) return "group- or world-writable";
-  return "";
-}
-
-// Why directory `path` may not hold code this process loads; "" if it may.
-std::string dir_problem(const std::string& path) {
-  struct stat st;
-  if (lstat(path.c_str(), &st) != 0) return "not accessible (" + errno_text(errno) + ")";
-  if (S_ISLNK(st.st_mode)) {
-    // A link the user made (~/.cache moved to another disk) is theirs to make; one planted by
-    // another user is not, whatever it points to.
-    if (st.st_uid != geteuid()) return "a symbolic link owned by uid " + std::to_string(st.st_uid);
-    if (stat(path.c_str(), &st) != 0) return "a dangling symbolic link";
-  }
-  if (!S_ISDIR(st.st_mode)) return "not a directory";
-  return ownership_problem(st);
-}
-
-// mkdir -p with 0700 for what it creates (existing components keep their modes: the trust check
-// decides about them).
-void make_dirs(const std::string& path) {
-  std::string cur;
-  std::stringstream ss(path);
-  std::string part;
-  if (!path.empty() && path[0] == '/') cur = "/";
-  while (std::getline(ss, part, '/')) {
-    if (part.empty()) continue;
-    cur += part + "/";
-    mkdir(cur.c_str(), 0700);
-  }
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
-    DNNF_THROW("cannot create the kernel cache directory ", path, " (set DNNFUSION_CACHE_DIR to a writable directory)");
-}
-
-std::string private_tmp_root() { return "/tmp/dnnfusion-" + std::to_string(geteuid()); }
-
-// The passwd entry's home directory of the effective user, "" if there is none.
-std::string passwd_home() {
-  long size = sysconf(_SC_GETPW_R_SIZE_MAX);
-  std::vector<char> buf(size > 0 ? static_cast<size_t>(size) : 16384);
-  for (;;) {
-    struct passwd pw, *res = nullptr;
-    const int rc = getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &res);
-    if (rc == ERANGE && buf.size() < (size_t{1} << 20)) {
-      buf.resize(buf.size() * 2);
-      continue;
-    }
-    if (rc != 0 || !res || !res->pw_dir || res->pw_dir[0] != '/') return "";
-    return res->pw_dir;
-  }
-}
-
-// Where kernels go when the configured cache cannot be trusted: /tmp/dnnfusion-<euid>/kernels,
-// unless another user got there first (then a fresh mkdtemp directory, which only we can own).
-// Chosen once per process and re-checked on every use.
-std::string private_kernel_dir() {
-  static std::mutex mu;
-  static std::string chosen;
-  std::lock_guard<std::mutex> lock(mu);
-  if (!chosen.empty() && dir_problem(chosen).empty()) return chosen;
-  const std::string root = private_tmp_root();
-  mkdir(root.c_str(), 0700);
-  std::string bad = root, why = dir_problem(root);
-  if (why.empty()) {
-    bad = root + "/kernels";
-    mkdir(bad.c_str(), 0700);
-    why = dir_problem(bad);
-    if (why.empty()) return chosen = bad;
-  }
-  std::string tmpl = root + "-XXXXXX";
-  if (!mkdtemp(tmpl.data()))
-    DNNF_THROW("cannot create a private kernel cache directory (mkdtemp ", tmpl, "): ", errno_text(errno));
-  const std::string k = tmpl + "/kernels";
-  if (mkdir(k.c_str(), 0700) != 0 || !dir_problem(k).empty())
-    DNNF_THROW("cannot create the private kernel cache directory ", k);
-  warn_once("private:" + bad, "dnnfusion: private kernel cache " + bad + " is " + why + "; compiling into " + k + " instead");
-  return chosen = k;
 }
 
 // ---- loading through a checked descriptor ----
@@ -277,130 +176,6 @@ std::string missing_symbol(void* h, const std::vector<std::string>& names) {
   return "";
 }
 
-// ---- running the compiler ----
-
-struct ProcessResult {
-  int status = 0;
-  bool timed_out = false;
-  std::string output;  // stdout and stderr interleaved, at most kMaxCapturedOutput bytes
-};
-
-// For messages only: the command as one could paste it into a shell.
-std::string display_command(const std::vector<std::string>& argv) {
-  std::string s;
-  for (const auto& a : argv) {
-    if (!s.empty()) s += ' ';
-    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=+,:") == std::string::npos;
-    if (plain) {
-      s += a;
-      continue;
-    }
-    s += '\'';
-    for (char c : a) s += c == '\'' ? std::string("'\\''") : std::string(1, c);
-    s += '\'';
-  }
-  return s;
-}
-
-// Runs argv[0] (a path) with `env` in a new process group, stdin from /dev/null, stdout+stderr
-// captured. posix_spawn, not fork: the caller may be multi-threaded (glibc spawns with
-// CLONE_VFORK and runs nothing but the file actions in the child). On the deadline the whole
-// group is SIGKILLed and the child reaped before this returns.
-ProcessResult run_process(const std::vector<std::string>& argv, const std::vector<std::string>& env, double timeout_s) {
-  std::vector<char*> av, ev;
-  for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
-  av.push_back(nullptr);
-  for (const auto& e : env) ev.push_back(const_cast<char*>(e.c_str()));
-  ev.push_back(nullptr);
-
-  int pfd[2];
-  if (pipe2(pfd, O_CLOEXEC) != 0) DNNF_THROW("cannot create a pipe for the C++ compiler: ", errno_text(errno));
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, pfd[1], 2);
-  posix_spawnattr_t at;
-  posix_spawnattr_init(&at);
-  sigset_t none, dflt;
-  sigemptyset(&none);
-  sigemptyset(&dflt);
-  // Python ignores SIGPIPE; ignored dispositions survive exec, handled ones do not need this.
-  for (int s : {SIGPIPE, SIGINT, SIGQUIT, SIGTERM, SIGHUP, SIGALRM, SIGCHLD, SIGUSR1, SIGUSR2, SIGXFSZ, SIGXCPU})
-    sigaddset(&dflt, s);
-  posix_spawnattr_setsigmask(&at, &none);
-  posix_spawnattr_setsigdefault(&at, &dflt);
-  posix_spawnattr_setpgroup(&at, 0);
-  posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, av[0], &fa, &at, av.data(), ev.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&at);
-  close(pfd[1]);
-  if (rc != 0) {
-    close(pfd[0]);
-    DNNF_THROW("cannot run the C++ compiler ", argv[0], ": ", errno_text(rc));
-  }
-  int out = pfd[0];
-  fcntl(out, F_SETFL, fcntl(out, F_GETFL) | O_NONBLOCK);
-
-  ProcessResult r;
-  auto drain = [&] {
-    char buf[4096];
-    while (out >= 0) {
-      const ssize_t n = read(out, buf, sizeof buf);
-      if (n > 0) {
-        if (r.output.size() < kMaxCapturedOutput)
-          r.output.append(buf, std::min(static_cast<size_t>(n), kMaxCapturedOutput - r.output.size()));
-        continue;
-      }
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EAGAIN) return;
-      close(out);  // end of file (every writer gone) or a broken pipe
-      out = -1;
-    }
-  };
-  using Clock = std::chrono::steady_clock;
-  const auto deadline =
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::min(timeout_s, 1e9)));
-  for (;;) {
-    int st = 0;
-    const pid_t w = waitpid(pid, &st, WNOHANG);
-    if (w == pid) {
-      r.status = st;
-      break;
-    }
-    if (w < 0 && errno != EINTR) {
-      const int e = errno;
-      if (out >= 0) close(out);
-      DNNF_THROW("lost the C++ compiler's exit status (waitpid: ", errno_text(e),
-                 "; a process that ignores SIGCHLD cannot wait for its children)");
-    }
-    const auto left = deadline - Clock::now();
-    if (left <= Clock::duration::zero()) {
-      r.timed_out = true;
-      // The group, not the pid: the driver's cc1plus/as/ld (or a script's children) die too. The
-      // unreaped leader keeps the group id from being reused before the kill lands.
-      kill(-pid, SIGKILL);
-      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
-      }
-      r.status = st;
-      break;
-    }
-    const int ms = static_cast<int>(
-        std::clamp<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(left).count() + 1, 1, 100));
-    if (out >= 0) {
-      pollfd p{out, POLLIN, 0};
-      if (poll(&p, 1, ms) > 0) drain();
-    } else {
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(ms, 10)));
-    }
-  }
-  drain();  // what the compiler wrote before it exited; descendants still holding the pipe are not waited for
-  if (out >= 0) close(out);
-  return r;
-}
-
 // Writes a new file (0600). O_EXCL: nothing that sits at the name is written through; what is
 // there (in a directory only we can write: a leftover of a crashed process with our pid) goes.
 void write_new_file(const std::string& path, const std::string& data) {
@@ -420,12 +195,6 @@ void write_new_file(const std::string& path, const std::string& data) {
     done += static_cast<size_t>(w);
   }
   close(fd);
-}
-
-std::string format_seconds(double s) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%g", s);
-  return b;
 }
 
 // Compiles `source` into dir/<key>.so, checks and loads the output through its descriptor, and
@@ -473,7 +242,7 @@ JitModule build(const std::string& cxx, const std::string& source, const std::st
     std::filesystem::remove_all(tmpdir, ec);
   };
   try {
-    r = run_process(argv, env, timeout_s);
+    r = run_process(argv, env, timeout_s, "the C++ compiler");
   } catch (...) {
     cleanup();
     unlink(out.c_str());
@@ -487,8 +256,8 @@ JitModule build(const std::string& cxx, const std::string& source, const std::st
   if (r.timed_out) {
     unlink(out.c_str());
     DNNF_THROW_AS(CompilerTimeout, "the C++ compiler ", cxx, " did not finish compiling generated code within ",
-                  format_seconds(timeout_s), " s and was killed (", cmd, "); raise the limit with ", kTimeoutVar,
-                  "=<seconds> (now ", format_seconds(timeout_s), ", default ", format_seconds(kDefaultTimeoutS), ")",
+                  format_seconds(timeout_s), " s and was killed (", cmd, "); raise the limit with ", kCompileTimeoutVar,
+                  "=<seconds> (now ", format_seconds(timeout_s), ", default ", format_seconds(kDefaultCompileTimeoutS), ")",
                   r.output.empty() ? "" : ":\n", r.output.substr(0, 4000));
   }
   if (WIFSIGNALED(r.status)) {
@@ -537,33 +306,9 @@ void* JitModule::symbol(const std::string& name) const {
   return s;
 }
 
-std::string cache_dir() {
-  if (const char* d = std::getenv("DNNFUSION_CACHE_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/dnnfusion";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/dnnfusion";
-  // No HOME (services, cron, some sudo setups): the passwd entry still says where this user's
-  // files belong. /tmp itself is shared by all users, so the last resort is a per-user directory.
-  if (std::string pw = passwd_home(); !pw.empty()) return pw + "/.cache/dnnfusion";
-  return private_tmp_root();
-}
+std::string cache_dir() { return cache_root(); }
 
-std::string kernel_cache_dir() {
-  const std::string root = cache_dir();
-  make_dirs(root);
-  std::string bad = root, why = dir_problem(root);
-  if (why.empty()) {
-    bad = root + "/kernels";
-    if (mkdir(bad.c_str(), 0700) != 0 && errno != EEXIST)
-      DNNF_THROW("cannot create the kernel cache directory ", bad, ": ", errno_text(errno),
-                 " (set DNNFUSION_CACHE_DIR to a writable directory)");
-    why = dir_problem(bad);
-    if (why.empty()) return bad;
-  }
-  const std::string priv = private_kernel_dir();
-  warn_once("dir:" + bad, "dnnfusion: kernel cache " + bad + " is " + why + "; compiling into the private directory " +
-                              priv + " instead");
-  return priv;
-}
+std::string kernel_cache_dir() { return private_cache_dir("kernels"); }
 
 std::string find_compiler() {
   if (const char* c = std::getenv("DNNFUSION_CXX"); c && *c) return on_path(c);
@@ -572,17 +317,7 @@ std::string find_compiler() {
   return "";
 }
 
-double compile_timeout_seconds() {
-  const char* v = std::getenv(kTimeoutVar);
-  if (!v || !*v) return kDefaultTimeoutS;
-  char* end = nullptr;
-  errno = 0;
-  const double t = std::strtod(v, &end);
-  if (end == v || *end != '\0' || errno == ERANGE || !std::isfinite(t) || t <= 0)
-    DNNF_THROW_AS(InvalidInput, kTimeoutVar, "='", v, "' is not a valid compile timeout: it must be a positive number of ",
-                  "seconds (default ", format_seconds(kDefaultTimeoutS), "), e.g. ", kTimeoutVar, "=600");
-  return t;
-}
+double compile_timeout_seconds() { return dnnfusion::compile_timeout_seconds(); }
 
 JitModule jit_compile(const std::string& source, const std::vector<std::string>& required_symbols) {
   const std::string cxx = find_compiler();
@@ -612,7 +347,7 @@ JitModule jit_compile(const std::string& source, const std::vector<std::string>&
         unlink(path.c_str());
         return build(cxx, source, dir, key, required_symbols, timeout_s);
       }
-      const std::string priv = private_kernel_dir();
+      const std::string priv = private_fallback_dir("kernels");
       if (priv == dir) DNNF_THROW("cached kernel module ", path, " is ", o.why, "; not loading it (remove it)");
       warn_once("file:" + path + ":" + o.why, "dnnfusion: cached kernel module " + path + " is " + o.why +
                                     "; not loading it, compiling into the private directory " + priv + " instead");
