@@ -78,7 +78,9 @@ constexpr int64_t kMaxStaticSharedBytes = 48 * 1024;
 void validate_tile(const ConvShape& shape, const ConvTile& tile);
 
 // A tile for the shape: one output per weight and thread (bn = bh = bw = 1, the smallest code),
-// up to 16 channels per thread (input reuse from registers), 64-256 threads shaped to the output,
+// up to 16 channels per thread (input reuse from registers) while a channel group's code stays
+// near 4608 FMAs (NVRTC slows down sharply on larger straight-line code; at least 1 channel),
+// 64-256 threads shaped to the output,
 // fewer channels per thread while that leaves the grid too small to fill a GPU, and as many input
 // channels per shared-memory stage as fit in 24 KB (two blocks per SM still fit 48 KB parts).
 ConvTile default_tile(const ConvShape& shape);

@@ -4,14 +4,20 @@
 // included, zeros outside the input) in shared memory; every thread then runs the fully unrolled
 // (c, r, s) loop of that chunk for its outputs, one FMA per (weight, output) with the weight
 // written as a hex-float literal (a `constexpr` weight array would land in local memory and carry
-// no immediates); after the last chunk each output goes through the epilogue and is stored. Blocks
-// of different channel groups (blockIdx.y) need different literals, so each group's code is one
-// case of a switch on blockIdx.y.
+// no immediates) through __fmaf_rn from an accumulator starting at 0 (an FMA head, never a mul);
+// after the last chunk each output goes through the epilogue and is stored. Blocks of different
+// channel groups (blockIdx.y) need different literals, so each group's code is one case of a
+// switch on blockIdx.y.
 //
-// Measured with NVRTC 13.0 on this machine's 2 cores (tile = default_tile): see
-// tests/cpp/test_sparse_conv_template.cc's timing test and the report beside this change.
+// Compile time is the cost of the method. NVRTC 13.0 (this machine, user seconds) spends about
+// 0.2-0.3 ms per FMA while a program stays near 10k FMAs and a channel group near 5k, and grows
+// much faster than linearly beyond (one group of 18k FMAs: 17 s; one program of 32 groups of 2.3k:
+// 74 s). Hence default_tile's cap on a group's size, kPartFmas per program, programs compiled in
+// parallel and merged (merge_parts), and `if (opaque_false()) return;` splits of the straight-line
+// code. Measured end to end: 64->64 3x3 on 56x56 (36,864 FMAs, 4 programs) 9 s on 2 busy cores.
 //
-// Precondition: see the header. Postcondition: the text is deterministic in its inputs.
+// Precondition: see the header. Postcondition: the text is deterministic in its inputs; the merged
+// PTX is one entry with the kernel ABI.
 #include "target/cuda/sparse_conv/conv_template.h"
 
 #include <sys/stat.h>
@@ -23,10 +29,14 @@
 #include <cstdarg>
 #include <chrono>
 #include <cstdio>
+#include <cctype>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <random>
+#include <set>
 #include <sstream>
+#include <thread>
 
 #include "common/error.h"
 #include "target/cuda/sparse_conv/nvrtc_compiler.h"
@@ -39,6 +49,13 @@ constexpr const char* kTemplateVersion = "sparse-conv-template-v1";
 constexpr const char* kCacheTrailer = "// dnnfusion-sparse-conv-cache v1 ";
 // FMAs per basic block of the generated code (see emit_opaque_false); measured, not critical.
 constexpr int64_t kFmasPerBlock = 256;
+// FMAs per NVRTC program. NVRTC's time grows much faster than linearly with the size of one
+// program (a 64->64 3x3 layer in 16 channel groups of 2304 FMAs, measured in user seconds: 2
+// groups 0.95, 4: 2.0, 8: 5.6, 16: 14, 32: 74; the same in 32 separate kernels of one program: 70),
+// so the groups are compiled as several programs of about this size (0.2-0.3 ms per FMA) whose
+// PTX is merged into the one entry (merge_parts).
+constexpr long long kPartFmas = 9216;
+constexpr size_t kMaxCompileThreads = 8;
 
 uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
@@ -238,7 +255,9 @@ void emit_group(std::string& o, const Geometry& g, const TemplateWeights& tw, ll
   o += "      break;\n    }\n";
 }
 
-void emit_kernel(std::string& o, const std::string& entry, const Geometry& g, const TemplateWeights& tw) {
+// The kernel computing channel groups [g0, g1) (all of them: the template; a range: one part).
+void emit_kernel(std::string& o, const std::string& entry, const Geometry& g, const TemplateWeights& tw, ll g0,
+                 ll g1) {
   put(o, "extern \"C\" __global__ void __launch_bounds__(%lld) %s(\n", g.nt, entry.c_str());
   o += "    const float* __restrict__ x, const float* __restrict__ bias, const float* __restrict__ residual,\n"
        "    float* __restrict__ y) {\n";
@@ -255,7 +274,7 @@ void emit_kernel(std::string& o, const std::string& entry, const Geometry& g, co
   o += "  // This thread's first input in the tile; all others are at compile-time offsets from it.\n";
   put(o, "  const float* sx = tile + ty * %lld + tx * %lld;\n", (g.sh * g.cols), g.sw);
   o += "  switch (blockIdx.y) {\n";
-  for (ll grp = 0; grp < g.groups; ++grp) emit_group(o, g, tw, grp);
+  for (ll grp = g0; grp < g1; ++grp) emit_group(o, g, tw, grp);
   o += "    default:\n      break;\n  }\n}\n";
 }
 
@@ -360,20 +379,51 @@ std::string template_entry_name(const ConvShape& shape, const ConvTile& tile, co
   return "dnnf_sparse_conv_" + hex64(fnv1a(shape.key() + "|" + tile.key() + "|" + epilogue.key() + "|" + kTemplateVersion));
 }
 
+namespace {
+
+// The CUDA C of a kernel `entry` over channel groups [g0, g1).
+std::string source_for_groups(const ConvShape& shape, const ConvTile& tile, const Epilogue& epilogue,
+                              const TemplateWeights& tw, const std::string& entry, ll g0, ll g1) {
+  const Geometry g = geometry(shape, tile);
+  std::string kernel;
+  kernel.reserve(static_cast<size_t>((g1 - g0) * g.bk * g.c * g.r * g.s * tile.fmas_per_weight() * 40 + 8192));
+  emit_kernel(kernel, entry, g, tw, g0, g1);
+  std::string o;
+  emit_header(o, tile, epilogue, g);
+  emit_stage_function(o, g);
+  if (kernel.find("opaque_false()") != std::string::npos) emit_opaque_false(o);  // NVRTC warns when unused
+  emit_finish_function(o, epilogue);
+  return o + kernel;
+}
+
+// FMAs in the code of channel group `grp`.
+ll group_fmas(const Geometry& g, ll grp) {
+  return std::min(g.bk, g.k - grp * g.bk) * g.c * g.r * g.s * g.bn * g.bh * g.bw;
+}
+
+// Consecutive channel groups in parts of at most kPartFmas FMAs (a larger group is a part alone).
+std::vector<std::pair<ll, ll>> part_ranges(const Geometry& g) {
+  std::vector<std::pair<ll, ll>> parts;
+  ll begin = 0, fmas = 0;
+  for (ll grp = 0; grp < g.groups; ++grp) {
+    if (grp > begin && fmas + group_fmas(g, grp) > kPartFmas) {
+      parts.emplace_back(begin, grp);
+      begin = grp, fmas = 0;
+    }
+    fmas += group_fmas(g, grp);
+  }
+  parts.emplace_back(begin, g.groups);
+  return parts;
+}
+
+}  // namespace
+
 std::string template_source(const ConvShape& shape, const ConvTile& tile, const Epilogue& epilogue,
                             TemplateWeights* weights) {
   validate_tile(shape, tile);
   TemplateWeights tw = template_weights(shape);
   const Geometry g = geometry(shape, tile);
-  std::string o;
-  o.reserve(static_cast<size_t>(shape.weight_count() * tile.fmas_per_weight() * 40 + 8192));
-  emit_header(o, tile, epilogue, g);
-  emit_stage_function(o, g);
-  std::string kernel;
-  emit_kernel(kernel, template_entry_name(shape, tile, epilogue), g, tw);
-  if (kernel.find("opaque_false()") != std::string::npos) emit_opaque_false(o);  // NVRTC warns when unused
-  emit_finish_function(o, epilogue);
-  o += kernel;
+  std::string o = source_for_groups(shape, tile, epilogue, tw, template_entry_name(shape, tile, epilogue), 0, g.groups);
   if (weights) *weights = std::move(tw);
   return o;
 }
@@ -382,6 +432,226 @@ std::vector<std::string> template_compile_options() {
   // -fmad=false: the epilogue's adds stay adds, so the only FMAs are the template's own.
   return {"--gpu-architecture=compute_80", "-std=c++17", "--fmad=false"};
 }
+
+namespace {
+
+// ---- Merging the PTX of several programs into one entry ----------------------------------
+//
+// Each part is a complete kernel over a range of channel groups, with the ABI's four parameters.
+// Its body moves into the final entry under a label; a dispatch on %ctaid.y at the top jumps to
+// the part owning the block's group. What two parts could both name is renamed per part: the
+// registers they declare (%r12 -> %q3_r12), their labels ($L__BB0_2 -> $L__q3_BB0_2), their
+// parameter names (the final entry's) and their one shared array (one dnnf_tile, as large as the
+// largest). Any other module-level or function-level declaration is refused.
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+std::string trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+}
+
+bool starts_with(const std::string& s, const char* p) { return s.compare(0, std::strlen(p), p) == 0; }
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
+}
+
+bool ident_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '$'; }
+
+struct PartPtx {
+  std::string header;      // .version, .target, .address_size
+  std::string directives;  // between the parameter list and the body (.maxntid, ...)
+  std::string decls;       // its .reg declarations, renamed
+  std::string body;        // its instructions and labels, renamed
+  long long shared_bytes = 0, shared_align = 4;
+};
+
+// Registers a .reg line declares: "%r<45>" gives the prefix "r", "%f1" the name "f1".
+void declared_registers(const std::string& line, std::set<std::string>* prefixes, std::set<std::string>* names) {
+  for (size_t p = line.find('%'); p != std::string::npos; p = line.find('%', p + 1)) {
+    size_t q = p + 1;
+    while (q < line.size() && ident_char(line[q])) ++q;
+    const std::string id = line.substr(p + 1, q - p - 1);
+    if (q < line.size() && line[q] == '<') prefixes->insert(id);
+    else names->insert(id);
+  }
+}
+
+// Renames the part's registers and labels in one line.
+std::string rename_line(const std::string& line, const std::string& tag, const std::set<std::string>& prefixes,
+                        const std::set<std::string>& names) {
+  std::string out;
+  out.reserve(line.size() + 16);
+  for (size_t p = 0; p < line.size();) {
+    const char c = line[p];
+    if (c != '%' && c != '$') {
+      out += line[p++];
+      continue;
+    }
+    size_t q = p + 1;
+    while (q < line.size() && ident_char(line[q])) ++q;
+    const std::string id = line.substr(p + 1, q - p - 1);
+    size_t digits = id.size();
+    while (digits > 0 && std::isdigit(static_cast<unsigned char>(id[digits - 1]))) --digits;
+    if (c == '$') {
+      if (!starts_with(id, "L__")) DNNF_THROW("sparse conv template: unexpected PTX label $", id);
+      out += "$L__" + tag + id.substr(3);
+    } else if (names.count(id) || prefixes.count(id.substr(0, digits))) {
+      out += "%" + tag + id;
+    } else {
+      out += line.substr(p, q - p);  // a special register (%tid.x, ...)
+    }
+    p = q;
+  }
+  return out;
+}
+
+// Parses `.shared .align A .b8 NAME[BYTES];` into the part; returns NAME.
+std::string take_shared(const std::string& line, PartPtx* part) {
+  char name[256];
+  long long align = 0, bytes = 0;
+  if (std::sscanf(line.c_str(), ".shared .align %lld .b8 %255[A-Za-z0-9_$][%lld];", &align, name, &bytes) != 3) {
+    DNNF_THROW("sparse conv template: unexpected shared declaration in the PTX: ", line);
+  }
+  part->shared_align = std::max(part->shared_align, align);
+  part->shared_bytes = std::max(part->shared_bytes, bytes);
+  return name;
+}
+
+// Splits one part's PTX (entry `part_entry`) into its pieces, renamed with tag "q<index>_".
+PartPtx split_part(const std::string& ptx, const std::string& part_entry, const std::string& entry, size_t index) {
+  const std::vector<std::string> lines = split_lines(ptx);
+  PartPtx part;
+  size_t i = 0;
+  for (; i < lines.size() && !starts_with(trimmed(lines[i]), ".visible .entry "); ++i) {
+    const std::string t = trimmed(lines[i]);
+    if (starts_with(t, ".version") || starts_with(t, ".target") || starts_with(t, ".address_size")) part.header += t + "\n";
+    else if (!t.empty() && !starts_with(t, "//")) DNNF_THROW("sparse conv template: unexpected PTX declaration: ", t);
+  }
+  if (i == lines.size() || trimmed(lines[i]) != ".visible .entry " + part_entry + "(") {
+    DNNF_THROW("sparse conv template: the PTX of part ", index, " lacks its entry ", part_entry);
+  }
+  while (i < lines.size() && trimmed(lines[i]) != ")") ++i;
+  for (++i; i < lines.size() && trimmed(lines[i]) != "{"; ++i) part.directives += trimmed(lines[i]) + "\n";
+  size_t end = lines.size();
+  while (end > i && trimmed(lines[end - 1]).empty()) --end;
+  if (i >= end || trimmed(lines[end - 1]) != "}") DNNF_THROW("sparse conv template: malformed PTX of part ", index);
+  std::set<std::string> prefixes, names;
+  std::string shared_name;
+  std::vector<std::string> body;
+  for (size_t k = i + 1; k + 1 < end; ++k) {
+    std::string line = lines[k];
+    const std::string t = trimmed(line);
+    if (starts_with(t, ".reg ")) declared_registers(t, &prefixes, &names);
+    else if (starts_with(t, ".shared ")) { shared_name = take_shared(t, &part); continue; }
+    else if (starts_with(t, ".") && !starts_with(t, ".pragma")) DNNF_THROW("sparse conv template: unexpected PTX: ", t);
+    replace_all(line, part_entry + "_param_", entry + "_param_");
+    if (!shared_name.empty()) replace_all(line, shared_name, "dnnf_tile");
+    body.push_back(line);
+  }
+  const std::string tag = "q" + std::to_string(index) + "_";
+  for (const auto& line : body) {
+    (starts_with(trimmed(line), ".reg ") ? part.decls : part.body) += rename_line(line, tag, prefixes, names) + "\n";
+  }
+  return part;
+}
+
+// One entry over all parts; part p owns channel groups [first[p], first[p + 1]).
+std::string merge_parts(const std::vector<PartPtx>& parts, const std::vector<long long>& first, const std::string& entry) {
+  long long shared = 0, align = 4;
+  for (const auto& p : parts) {
+    if (p.header != parts[0].header || p.directives != parts[0].directives) {
+      DNNF_THROW("sparse conv template: the parts' PTX headers differ");
+    }
+    shared = std::max(shared, p.shared_bytes), align = std::max(align, p.shared_align);
+  }
+  std::string o = parts[0].header + "\n.visible .entry " + entry + "(\n";
+  for (int i = 0; i < 4; ++i) o += detail::str_cat("\t.param .u64 ", entry, "_param_", i, i < 3 ? ",\n" : "\n");
+  o += ")\n" + parts[0].directives + "{\n\t.reg .pred \t%dnnf_p;\n\t.reg .b32 \t%dnnf_gy;\n";
+  if (shared) o += detail::str_cat("\t.shared .align ", align, " .b8 dnnf_tile[", shared, "];\n");
+  for (const auto& p : parts) o += p.decls;
+  o += "\t// Dispatch: the part that owns this block's channel group (blockIdx.y).\n";
+  o += "\tmov.u32 \t%dnnf_gy, %ctaid.y;\n";
+  for (size_t p = 0; p + 1 < parts.size(); ++p) {
+    o += detail::str_cat("\tsetp.lt.u32 \t%dnnf_p, %dnnf_gy, ", first[p + 1], ";\n\t@%dnnf_p bra \t$dnnf_part", p, ";\n");
+  }
+  o += detail::str_cat("\tbra.uni \t$dnnf_part", parts.size() - 1, ";\n");
+  for (size_t p = 0; p < parts.size(); ++p) {
+    o += detail::str_cat("$dnnf_part", p, ":\n") + parts[p].body + "\tret;\n";
+  }
+  return o + "}\n";
+}
+
+// NVRTC on every part, in parallel (NVRTC compiles separate programs concurrently); at most
+// kMaxCompileThreads at once, as each program holds a few hundred MB while it compiles.
+std::vector<std::string> compile_parts(const std::vector<std::string>& sources, const std::vector<std::string>& names) {
+  std::vector<std::string> ptx(sources.size());
+  std::vector<std::exception_ptr> errors(sources.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i; (i = next++) < sources.size();) {
+      try {
+        ptx[i] = compile_cuda_to_ptx(sources[i], names[i] + ".cu", template_compile_options()).ptx;
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t threads = std::min<size_t>({sources.size(), kMaxCompileThreads,
+                                           std::max<size_t>(1, std::thread::hardware_concurrency())});
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return ptx;
+}
+
+// The NVRTC programs of a template: one when it is small, else one per part (channel groups
+// [first[p], first[p + 1])), each a kernel named names[p].
+struct Programs {
+  std::vector<std::string> sources, names;
+  std::vector<long long> first;
+};
+
+Programs programs(const ConvShape& shape, const ConvTile& tile, const Epilogue& epilogue, const TemplateWeights& tw,
+                  const std::string& entry) {
+  const auto ranges = part_ranges(geometry(shape, tile));
+  Programs p;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    p.names.push_back(ranges.size() == 1 ? entry : entry + "_part" + std::to_string(i));
+    p.sources.push_back(source_for_groups(shape, tile, epilogue, tw, p.names.back(), ranges[i].first, ranges[i].second));
+    p.first.push_back(ranges[i].first);
+  }
+  return p;
+}
+
+// What the cached PTX depends on: every program's text, the options and the merge.
+std::string cache_key(const Programs& p) {
+  uint64_t h = fnv1a(kTemplateVersion);
+  for (const auto& s : p.sources) h = fnv1a(s, h);
+  for (const auto& opt : template_compile_options()) h = fnv1a(opt, h);
+  return hex64(h);
+}
+
+std::string compile_template(const Programs& p, const std::string& entry) {
+  const std::vector<std::string> ptx = compile_parts(p.sources, p.names);
+  if (ptx.size() == 1) return ptx[0];
+  std::vector<PartPtx> parts;
+  for (size_t i = 0; i < ptx.size(); ++i) parts.push_back(split_part(ptx[i], p.names[i], entry, i));
+  return merge_parts(parts, p.first, entry);
+}
+
+}  // namespace
 
 TemplateKernel make_template(const ConvShape& shape, const ConvTile& tile, const Epilogue& epilogue,
                              const std::string& cache_dir) {
@@ -395,24 +665,23 @@ TemplateKernel make_template(const ConvShape& shape, const ConvTile& tile, const
   }
   TemplateKernel t;
   t.shape = shape, t.tile = tile, t.epilogue = epilogue;
-  const std::string source = template_source(shape, tile, epilogue, &t.weights);
+  t.weights = template_weights(shape);
   t.entry = template_entry_name(shape, tile, epilogue);
   t.launch = launch_dims(shape, tile);
   t.outputs_per_thread = tile.outputs_per_thread();
   t.fmas_per_weight = tile.fmas_per_weight();
-  const auto options = template_compile_options();
-  std::string key_text = source;
-  for (const auto& opt : options) key_text += "\n" + opt;
+  const Programs progs = programs(shape, tile, epilogue, t.weights, t.entry);
+  t.nvrtc_programs = static_cast<int>(progs.sources.size());
   if (!cache_dir.empty()) {
     make_dirs(cache_dir);
-    t.cache_path = cache_dir + "/" + t.entry + "_" + hex64(fnv1a(key_text)) + ".ptx";
+    t.cache_path = cache_dir + "/" + t.entry + "_" + cache_key(progs) + ".ptx";
     t.ptx = read_cached(t.cache_path);
     t.cache_hit = !t.ptx.empty();
   }
   if (!t.cache_hit) {
-    PtxCompileResult r = compile_cuda_to_ptx(source, t.entry + ".cu", options);
-    t.ptx = std::move(r.ptx);
-    t.nvrtc_seconds = r.seconds;
+    const auto c0 = std::chrono::steady_clock::now();
+    t.ptx = compile_template(progs, t.entry);
+    t.nvrtc_seconds = seconds_since(c0);
     check_template_ptx(t);
     if (!t.cache_path.empty()) write_cached(t.cache_path, t.ptx);
   }

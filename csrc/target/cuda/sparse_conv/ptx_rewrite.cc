@@ -10,6 +10,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -36,6 +37,7 @@ enum class Kind : uint8_t {
 
 struct RegInfo {
   int32_t defs = 0;
+  int32_t first_def = kNever;  // line number of the first write
   int32_t first_use = kNever;  // line number of the first read
   Kind kind = Kind::other;
   bool counted = false;        // acc_zero registers: already counted in outputs_all_zero
@@ -51,7 +53,7 @@ class RegTable {
     size_t d = name.size();
     while (d > 1 && name[d - 1] >= '0' && name[d - 1] <= '9') --d;
     const sv digits = name.substr(d);
-    if (digits.empty() || digits.size() > 8 || (digits.size() > 1 && digits[0] == '0')) return other_[name];
+    if (digits.empty() || digits.size() > 7 || (digits.size() > 1 && digits[0] == '0')) return other_[name];
     size_t slot = 0;
     for (char c : digits) slot = slot * 10 + static_cast<size_t>(c - '0');
     auto& table = prefixes_[name.substr(0, d)];
@@ -200,8 +202,11 @@ class Rewriter {
       for (size_t k = 0; k < in_.ops.size(); ++k) {
         for_each_register(in_.ops[k], [&](sv r) {
           RegInfo& info = regs_.at(r);
-          if (k == 0 && writes) ++info.defs;
-          else if (info.first_use == kNever) info.first_use = static_cast<int32_t>(i);
+          if (k == 0 && writes) {
+            if (info.defs++ == 0) info.first_def = static_cast<int32_t>(i);
+          } else if (info.first_use == kNever) {
+            info.first_use = static_cast<int32_t>(i);
+          }
         });
       }
       // The guard reads a predicate.
@@ -305,7 +310,7 @@ class Rewriter {
     const bool live = addend[0] == '%' && regs_.at(addend).kind == Kind::acc_live;
     if (dest.kind != Kind::acc_live) dest.kind = live ? Kind::acc_live : Kind::acc_zero;
     ++res_.fma_deleted;
-    if (in_.guard.empty() && dest.defs == 1 && dest.first_use > line_no) {
+    if (alias_is_sound(line_no, dest, addend)) {
       dest.alias = addend;
       return;
     }
@@ -314,6 +319,17 @@ class Rewriter {
     res_.ptx.append(in_.indent);
     if (!in_.guard.empty()) res_.ptx.append(in_.guard).append(" ");
     res_.ptx.append("mov.f32 \t").append(d).append(", ").append(addend).append(";\n");
+  }
+
+  // Reading `addend` wherever the FMA's destination is read gives the FMA's value when the FMA
+  // always runs (no guard), its destination is written nowhere else and read nowhere before, and
+  // the addend is an immediate or a register written once, before the FMA (so never rewritten
+  // between the FMA and a read of the destination).
+  bool alias_is_sound(int32_t line_no, const RegInfo& dest, sv addend) {
+    if (!in_.guard.empty() || dest.defs != 1 || dest.first_use <= line_no) return false;
+    if (addend[0] != '%') return true;
+    const RegInfo& a = regs_.at(addend);
+    return a.defs == 1 && a.first_def < line_no;
   }
 
   sv resolve(sv op) {

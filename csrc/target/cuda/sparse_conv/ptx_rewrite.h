@@ -7,8 +7,8 @@
 // (a register or an immediate such as 0f00000000) and every later use of %fD, the epilogue and
 // the stores included, reads the addend instead (chains resolve: an alias always names a live
 // value). An output whose every weight is zero thus stores bias (or 0). When an alias would be
-// unsound (%fD defined more than once, read before its definition, or the FMA predicated) the FMA
-// becomes `mov.f32 %fD, %fC` instead. An immediate substituted where ptxas might refuse one (an
+// unsound (the FMA predicated, %fD defined more than once or read before its definition, or %fC a
+// register written more than once or after the FMA) the FMA becomes `mov.f32 %fD, %fC` instead. An immediate substituted where ptxas might refuse one (an
 // opcode outside those checked with ptxas 13: fma add sub mul min max mov selp setp set st neg abs
 // cvt) is first moved into a fresh register. Loads stay: ptxas drops the dead ones.
 //
