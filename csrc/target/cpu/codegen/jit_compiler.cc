@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "common/error.h"
+#include "common/hash.h"
 #include "common/private_cache.h"
 #include "common/subprocess.h"
 #include "kernels/cpu/cpu_features.h"
@@ -40,17 +41,6 @@ namespace {
 
 // Part of the cache key as written: changing its text invalidates every cached object.
 const char* kFlags = "-O3 -march=native -std=c++17 -shared -fPIC -fno-math-errno -ffp-contract=fast -fno-plt";
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string hex(uint64_t h) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
-  return b;
-}
 
 std::string errno_text(int e) { return std::strerror(e); }
 
@@ -331,7 +321,7 @@ JitModule jit_compile(const std::string& source, const std::vector<std::string>&
   // on the first cache miss.
   const double timeout_s = compile_timeout_seconds();
   // -march=native makes the object specific to this CPU: the key includes its features.
-  const std::string key = hex(fnv1a(source, fnv1a(cxx + kFlags + kernels::isa_name(kernels::best_isa()) +
+  const std::string key = hex64(fnv1a(source, fnv1a(cxx + kFlags + kernels::isa_name(kernels::best_isa()) +
                                                    kernels::cpu_brand())));
   std::string dir = kernel_cache_dir();
   // Two rounds at most: the configured directory, then the private one when the cached file there

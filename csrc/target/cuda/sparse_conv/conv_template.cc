@@ -39,6 +39,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/hash.h"
 #include "target/cuda/sparse_conv/nvrtc_compiler.h"
 
 namespace dnnfusion::cuda {
@@ -56,17 +57,6 @@ constexpr int64_t kFmasPerBlock = 256;
 // PTX is merged into the one entry (merge_parts).
 constexpr long long kPartFmas = 9216;
 constexpr size_t kMaxCompileThreads = 8;
-
-uint64_t fnv1a(const std::string& s, uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-std::string hex64(uint64_t h) {
-  char b[17];
-  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(h));
-  return b;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -106,6 +106,7 @@ std::shared_ptr<const SparseConvKernel> build_sparse_conv(const ConvShape& shape
 struct SparseConvKernel::Loaded {
   std::shared_ptr<ptx::Module> module;                   // parsed PTX
   std::map<int, std::unique_ptr<CudaModule>> gpu;        // loaded cubin per device
+  std::map<int, CudaFunction> entry;                     // its entry function, looked up once
 };
 
 namespace {
@@ -150,11 +151,16 @@ void emulate_sparse_conv(const SparseConvKernel& kernel, const float* x, const f
 
 namespace {
 
-const CudaModule& loaded_module(const SparseConvKernel& kernel, int device) {
+// The module and its entry on `device`, loaded and looked up on the first launch only.
+std::pair<const CudaModule*, CudaFunction> loaded_entry(const SparseConvKernel& kernel, int device) {
   std::lock_guard<std::mutex> lock(kernel.loaded_mutex);
-  auto& m = loaded(kernel).gpu[device];
-  if (!m) m = std::make_unique<CudaModule>(kernel.cubin, device);
-  return *m;
+  SparseConvKernel::Loaded& l = loaded(kernel);
+  auto& m = l.gpu[device];
+  if (!m) {
+    m = std::make_unique<CudaModule>(kernel.cubin, device);
+    l.entry[device] = m->function(kernel.entry);
+  }
+  return {m.get(), l.entry.at(device)};
 }
 
 }  // namespace
@@ -162,11 +168,10 @@ const CudaModule& loaded_module(const SparseConvKernel& kernel, int device) {
 void launch_sparse_conv(const SparseConvKernel& kernel, uint64_t x, uint64_t bias, uint64_t residual, uint64_t y,
                         void* stream, int device) {
   require_driver();
-  const CudaModule& m = loaded_module(kernel, device);
-  const CudaFunction f = m.function(kernel.entry);
+  const auto [m, f] = loaded_entry(kernel, device);
   std::vector<void*> args = {&x, &bias, &residual, &y};
   const LaunchDims& l = kernel.launch;
-  m.launch(f, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]},
+  m->launch(f, {l.grid[0], l.grid[1], l.grid[2]}, {l.block[0], l.block[1], l.block[2]},
            static_cast<unsigned>(l.dynamic_shared_bytes), stream, args);
 }
 
