@@ -1,7 +1,9 @@
 // What a compile is asked to do: the options that cross the Python bridge as one struct. The
-// first group is target-neutral; the second is read by the targets that implement it (today the
-// cpu target's NCHW[x]c layouts, Winograd, GEMM packing), and ignored by the others.
+// first group is target-neutral; the next ones are read by the targets that implement them (the
+// cpu target's NCHW[x]c layouts, Winograd, GEMM packing; the cuda target's sparse kernels), and
+// ignored by the others.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include "fusion/fusion_plan.h"
@@ -30,6 +32,17 @@ struct CompileOptions {
   // 3x3 stride-1 convs run Winograd where kernels::conv_winograd_pays (layout on); false: the
   // direct algorithm everywhere (Python option winograd).
   bool winograd = true;
+
+  // ---- cuda target ----
+  // A convolution gets a kernel generated for its weights when at least this fraction of its
+  // weights is zero (Python option sparse_threshold); denser ones stay on ATen (cuDNN).
+  double sparse_threshold = 0.7;
+  // ...and when it has at most this many weights (K*C*R*S): the template's one-time compile grows
+  // faster than linearly with it (Python option sparse_max_weights).
+  int64_t sparse_max_weights = int64_t{1} << 20;
+
+  // ---- set by the bridge ----
+  int device_index = 0;  // the device a device target's region runs on (its weights' device)
 };
 
 // Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::InvalidInput naming the valid ones.

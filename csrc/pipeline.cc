@@ -148,8 +148,9 @@ Compiled compile_graph(ecg::Graph g, const CompileOptions& requested) {
   t.init_stats(stats);
   PassLogger log(stats);
   // Compile-time subgraphs run on the target's own kernels, single-threaded.
-  const Evaluator evaluate = [&t](const ecg::Graph& cg) {
-    runtime::Executable exe(cg, runtime::ExecOptions{1, &t});
+  const target::Target& evaluator = t.evaluates_constants() ? t : target::registry().host_evaluator();
+  const Evaluator evaluate = [&evaluator](const ecg::Graph& cg) {
+    runtime::Executable exe(cg, runtime::ExecOptions{1, &evaluator});
     std::vector<std::vector<uint8_t>> bytes;
     std::vector<void*> outs;
     for (int o : cg.outputs()) bytes.emplace_back(static_cast<size_t>(cg.value(o).nbytes()));

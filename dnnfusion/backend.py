@@ -162,10 +162,19 @@ class _PerShapeCompiled:
         return fn(*args)
 
 
+def _inputs_device_type(example_inputs):
+    """The device type of the example inputs (None when they hold no tensor)."""
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor):
+            return x.device.type
+    return None
+
+
 def _require_available(target):
     """A registered target this machine cannot run is an error at compile time, naming what is missing."""
-    from .targets import info
+    from .targets import glue, info
 
+    glue(target).prepare()
     why = info(target)["unavailable_reason"]
     if why:
         raise _C.TargetUnavailable(f"dnnfusion: target {target!r} cannot run on this machine: {why}")
@@ -175,7 +184,7 @@ def dnnfusion_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **
     """torch.compile backend entry point (registered as "dnnfusion")."""
     if kwargs:
         raise ValueError(f"dnnfusion: unexpected backend arguments {sorted(kwargs)}; pass settings as options={{...}}")
-    opts = parse_options(options)
+    opts = parse_options(options, _inputs_device_type(example_inputs))
     _require_available(opts.target)
     report = GraphReport()
     if torch.is_grad_enabled():

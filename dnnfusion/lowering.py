@@ -288,7 +288,7 @@ class Lowerer:
                 raise Unsupported("as_strided of a non-contiguous input")
         outs = _out_specs(node, self.device_type)
         ids = self._operand_ids(name, operands, node)
-        nid, out_ids, reason = self.graph.import_node(self.opts.target, name, ids, outs, attrs, aten_name(node.target))
+        nid, out_ids, reason = self.graph.import_node(self.core_opts, name, ids, outs, attrs, aten_name(node.target))
         if nid >= 0:
             self.ecg_nodes[node.name] = nid
             self.values[node.name] = out_ids[0] if isinstance(node.meta.get("val"), torch.Tensor) else list(out_ids)

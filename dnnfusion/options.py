@@ -5,9 +5,10 @@ from dataclasses import dataclass
 # Every option the backend understands, with what it accepts. Options of later capabilities
 # (fusion modes, tuning, targets, pruning) are added here when they are implemented.
 VALID_OPTIONS = {
-    "target": "str: execution target, one of dnnfusion.targets.names() (default 'cpu': NCHW[x]c CPU kernels; "
-              "'reference': every op on the plain reference kernels, unfused, to tell an optimized kernel's error "
-              "from a model's own)",
+    "target": "str: execution target, one of dnnfusion.targets.names() (default: the first registered target "
+              "whose device type is the example inputs' — 'cpu': NCHW[x]c CPU kernels; 'cuda': sparse convolutions "
+              "as kernels generated for their weights, the rest on ATen; 'reference': every op on the plain reference "
+              "kernels, unfused, to tell an optimized kernel's error from a model's own)",
     "threads": "positive int: worker threads of the core (default: one per physical core)",
     "fusion": "'dnnfusion' (default) | 'tvm' | 'none': operator-fusion planner",
     "profile": "bool: measure yellow fusion cells into the profile database (default True; False: never fuse them)",
@@ -24,6 +25,11 @@ VALID_OPTIONS = {
                              "layout on; False for the ablation)",
     "winograd": "bool: run 3x3 stride-1 convolutions with enough work as Winograd F(2x2, 3x3) (2.25x fewer "
                 "multiplies; default True, layout on; False: the direct kernel everywhere, for the ablation)",
+    "sparse_threshold": "float in [0, 1]: cuda target — a convolution gets a kernel generated for its weights when at "
+                        "least this fraction of them is zero (default 0.7); denser ones stay on ATen (cuDNN)",
+    "sparse_max_weights": "positive int: cuda target — the most weights (K*C*R*S) a convolution may have to get a "
+                          "generated kernel (default 1048576); the kernel template's one-time compile grows faster "
+                          "than linearly with it (64->64 3x3: ~10 s, 256->256 3x3: ~5 min, then cached on disk)",
     "prune": "float in (0, 1) or None: AukC channel pruning of that fraction at compile time, calibrated on the "
              "example inputs (default None: off)",
 }
@@ -45,20 +51,27 @@ class Options:
     fuse_expand_depthwise: bool = True
     winograd: bool = True
     prune: float = None  # None: no compile-time pruning
+    sparse_threshold: float = 0.7
+    sparse_max_weights: int = 1 << 20
 
 
-def parse_options(options) -> Options:
+def parse_options(options, device_type=None) -> Options:
+    """`device_type`: the example inputs' device type; without an explicit target, the first registered
+    target running on it is chosen (the first registered target when none does, or when None)."""
     if options is None:
-        return Options()
+        options = {}
     if not isinstance(options, dict):
         raise ValueError(f"dnnfusion: options must be a dict, got {type(options).__name__}")
     unknown = sorted(set(options) - set(VALID_OPTIONS))
     if unknown:
         valid = "; ".join(f"{k}: {v}" for k, v in VALID_OPTIONS.items())
         raise ValueError(f"dnnfusion: unknown option(s) {unknown}. Valid options are: {valid}")
-    from .targets import names
+    from .targets import names, registered
 
-    target = options.get("target", names()[0])  # the first registered target is the default
+    default = names()[0]  # the first registered target, unless one runs where the inputs are
+    if device_type is not None:
+        default = next((t["name"] for t in registered() if t["device_type"] == device_type), default)
+    target = options.get("target", default)
     if not isinstance(target, str) or target not in names():
         raise ValueError(f"dnnfusion: option 'target' must be one of the registered targets {names()}, got {target!r}")
     threads = options.get("threads", 0)
@@ -96,9 +109,17 @@ def parse_options(options) -> Options:
             raise ValueError(f"dnnfusion: option 'prune' must be a float in (0, 1) (the fraction of channels "
                              f"removed) or None, got {prune!r}")
         prune = float(prune)
+    sparse_threshold = options.get("sparse_threshold", 0.7)
+    if isinstance(sparse_threshold, bool) or not isinstance(sparse_threshold, numbers.Real) \
+            or not 0.0 <= sparse_threshold <= 1.0:
+        raise ValueError(f"dnnfusion: option 'sparse_threshold' must be a float in [0, 1] (the least fraction of zero "
+                         f"weights for a generated sparse kernel), got {sparse_threshold!r}")
+    sparse_max_weights = options.get("sparse_max_weights", 1 << 20)
+    if isinstance(sparse_max_weights, bool) or not isinstance(sparse_max_weights, int) or sparse_max_weights < 1:
+        raise ValueError(f"dnnfusion: option 'sparse_max_weights' must be a positive int, got {sparse_max_weights!r}")
     return Options(target=target, threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
                    pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, winograd=winograd,
-                   prune=prune)
+                   prune=prune, sparse_threshold=float(sparse_threshold), sparse_max_weights=sparse_max_weights)
 
 
 def core_options(opts: Options):
@@ -107,6 +128,6 @@ def core_options(opts: Options):
 
     o = _C.CompileOptions()
     for name in ("target", "threads", "fusion", "profile", "layout", "tune", "tuning_db", "pack_gemm_weights",
-                 "fuse_expand_depthwise", "winograd"):
+                 "fuse_expand_depthwise", "winograd", "sparse_threshold", "sparse_max_weights"):
         setattr(o, name, getattr(opts, name))
     return o

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dnnfusion needs on a fresh Debian 12 machine and builds it; safe to re-run:
 # each step is skipped when its result is already there.
-#   - Debian packages: a C++ compiler, GoogleTest, Python venv support
+#   - Debian packages: a C++ compiler, GoogleTest, Python venv support, OpenCL (headers, ICD
+#     loader, PoCL's CPU device) for the fpga target
 #   - a virtualenv OUTSIDE the checkout ($DNNFUSION_VENV, default ~/.venvs/dnnfusion), so fresh
 #     clones reuse it instead of reinstalling gigabytes of torch
 #   - Python packages pinned in requirements.txt (torch==2.14.1, torchvision==0.29.1, ...)
@@ -15,6 +16,10 @@ need_apt=()
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)
 [ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
 python3 -c "import ensurepip, venv" >/dev/null 2>&1 || need_apt+=(python3-venv)
+# The fpga target's OpenCL: headers, the ICD loader, and PoCL's CPU device (development and CI).
+[ -f /usr/include/CL/cl.h ] || need_apt+=(opencl-headers)
+grep -q 'libOpenCL\.so\.1 ' <<<"$(PATH="$PATH:/sbin:/usr/sbin" ldconfig -p 2>/dev/null)" || need_apt+=(ocl-icd-opencl-dev)
+ls /etc/OpenCL/vendors/pocl*.icd >/dev/null 2>&1 || need_apt+=(pocl-opencl-icd)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "[setup] apt-get install ${need_apt[*]}"
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"

@@ -205,6 +205,9 @@ std::vector<OpInfo> build_table() {
   // 1x1 conv2d_nchwc + activation + depthwise conv2d_nchwc in one kernel (layout/fuse_expand_depthwise):
   // inputs (x, expand packed weight, expand bias, depthwise packed weight, depthwise bias).
   add("conv2d_nchwc_expand_dw", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
+  // A convolution with bias, residual add and ReLU/ReLU6 in one kernel generated for its weights
+  // (csrc/target/cuda/graph/fuse_sparse_convs): inputs (x, weight, bias, residual), NCHW/KCRS.
+  add("sparse_conv2d", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Convolution);
   // Pooling on NCHW[x]c activations (csrc/target/cpu/layout), attributes as max_pool2d / avg_pool2d.
   add("max_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
   add("avg_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);

@@ -6,6 +6,7 @@
 #include <pybind11/stl.h>
 #include <torch/extension.h>
 #include <torch/library.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <atomic>
 #include <map>
@@ -92,13 +93,15 @@ std::vector<ecg::OutputSpec> to_specs(const std::vector<std::pair<std::vector<in
 // A graph under construction plus the tensors whose memory its weights borrow.
 struct PyGraph {
   ecg::Graph g;
-  std::vector<at::Tensor> keep_alive;
+  std::vector<at::Tensor> keep_alive;  // host memory: a device weight's copy, read by the compile
+  std::vector<c10::Device> keep_alive_device;  // where each of those lives in the user's model
 };
 
 struct Region {
   Compiled compiled;
   const target::Target* target = nullptr;
   std::vector<at::Tensor> keep_alive;
+  c10::Device device{c10::kCPU};  // where its inputs and outputs live
   // Strides the surrounding FX graph expects for each output (empty = contiguous).
   std::vector<std::vector<int64_t>> out_strides;
 };
@@ -120,11 +123,15 @@ int64_t compile_region(PyGraph& pg, const CompileOptions& opts, const std::vecto
   r->out_strides = out_strides;
   r->target = opts.target.empty() ? &target::registry().default_target() : &target::registry().get(opts.target);
   const c10::DeviceType dev = c10::Device(r->target->device_type()).type();
-  for (const at::Tensor& w : pg.keep_alive)
-    if (w.device().type() != dev)
-      throw dnnfusion::InvalidInput("dnnfusion: a weight is on " + w.device().str() + "; target '" + opts.target +
-                                    "' needs " + r->target->device_type() + " weights");
-  r->compiled = compile_graph(pg.g, opts);
+  CompileOptions o = opts;
+  for (const c10::Device& d : pg.keep_alive_device) {
+    if (d.type() != dev)
+      throw dnnfusion::InvalidInput("dnnfusion: a weight is on " + d.str() + "; target '" + opts.target + "' needs " +
+                                    r->target->device_type() + " weights");
+    if (d.has_index()) o.device_index = d.index();
+  }
+  r->device = dev == c10::kCPU ? c10::Device(c10::kCPU) : c10::Device(dev, static_cast<c10::DeviceIndex>(o.device_index));
+  r->compiled = compile_graph(pg.g, o);
   int64_t h = g_next_handle.fetch_add(1);
   std::lock_guard<std::mutex> lk(g_regions_mu);
   g_regions[h] = r;
@@ -141,9 +148,9 @@ std::vector<at::Tensor> run_region(int64_t handle, const std::vector<at::Tensor>
   for (size_t i = 0; i < inputs.size(); ++i) {
     const auto& v = g.value(g.inputs()[i]);
     const at::Tensor& t = inputs[i];
-    TORCH_CHECK(t.device().type() == c10::Device(r->target->device_type()).type(), "dnnfusion::run: input ", i,
-                " is on ", t.device(), "; the region was compiled for target '", r->target->name(), "', which needs ",
-                r->target->device_type(), " tensors");
+    TORCH_CHECK(t.device().type() == r->device.type() && (r->device.is_cpu() || t.device() == r->device),
+                "dnnfusion::run: input ", i, " is on ", t.device(), "; the region was compiled for target '",
+                r->target->name(), "' on ", r->device);
     TORCH_CHECK(t.scalar_type() == to_scalar_type(v.dtype), "dnnfusion::run: input ", i, " has dtype ", t.scalar_type(),
                 " but the region was compiled for ", dtype_name(v.dtype), " (recompile for the new dtype)");
     TORCH_CHECK(t.sizes().vec() == v.shape, "dnnfusion::run: input ", i, " has shape ", t.sizes(),
@@ -155,12 +162,17 @@ std::vector<at::Tensor> run_region(int64_t handle, const std::vector<at::Tensor>
   std::vector<void*> out_ptrs;
   for (int o : g.outputs()) {
     const auto& v = g.value(o);
-    outs.push_back(at::empty(v.shape, at::TensorOptions().dtype(to_scalar_type(v.dtype))));
+    outs.push_back(at::empty(v.shape, at::TensorOptions().dtype(to_scalar_type(v.dtype)).device(r->device)));
     out_ptrs.push_back(outs.back().data_ptr());
   }
   // torch.ops calls arrive here with the GIL already released by the dispatcher.
+  runtime::DeviceContext device;
+  if (!r->device.is_cpu()) {  // the framework's current stream on that device, whatever the backend
+    device.index = r->device.index();
+    device.stream = c10::impl::getDeviceGuardImpl(r->device.type())->getStream(r->device).native_handle();
+  }
   try {
-    r->compiled.exe->run(in_ptrs, out_ptrs);
+    r->compiled.exe->run(in_ptrs, out_ptrs, r->device.is_cpu() ? nullptr : &device);
   } catch (const dnnfusion::IndexOutOfRange& e) {  // an IndexError, as eager raises
     TORCH_CHECK_INDEX(false, e.what());
   } catch (const std::exception& e) {
@@ -247,11 +259,12 @@ py::dict region_stats(int64_t h) {
 // with the node's real producers and weights in view. Returns (node id, output value ids, reason):
 // reason is empty when the target runs the node; a node the ECG cannot even hold is not added
 // (id -1, no outputs) and its consumers read its result as a graph input instead.
-py::tuple import_node(PyGraph& pg, const std::string& target_name, const std::string& op,
+py::tuple import_node(PyGraph& pg, const CompileOptions& opts, const std::string& op,
                       const std::vector<int>& inputs,
                       const std::vector<std::pair<std::vector<int64_t>, std::string>>& outputs, const py::dict& attrs,
                       const std::string& origin) {
-  const target::Target& tgt = target::registry().get(target_name);
+  const target::Target& tgt =
+      opts.target.empty() ? target::registry().default_target() : target::registry().get(opts.target);
   if (!ecg::find_op(op))
     return py::make_tuple(-1, std::vector<int>{}, "op '" + op + "' is not in the ECG op registry");
   int nid = -1;
@@ -260,7 +273,7 @@ py::tuple import_node(PyGraph& pg, const std::string& target_name, const std::st
   } catch (const std::exception& e) {
     return py::make_tuple(-1, std::vector<int>{}, std::string(e.what()));
   }
-  return py::make_tuple(nid, pg.g.node(nid).outputs, tgt.supports(pg.g, pg.g.node(nid)));
+  return py::make_tuple(nid, pg.g.node(nid).outputs, tgt.supports_at_import(pg.g, pg.g.node(nid), opts));
 }
 
 // Compiles the region `node_ids` of a whole-model graph (ecg/extract_region.h says what the ids
@@ -270,12 +283,14 @@ int64_t compile_part(PyGraph& whole, const std::vector<int>& node_ids, const std
                      const std::vector<std::vector<int64_t>>& out_strides) {
   PyGraph part;
   part.g = ecg::extract_region(whole.g, node_ids, input_ids, output_ids);
-  std::unordered_map<const void*, const at::Tensor*> by_data;
+  std::unordered_map<const void*, const at::Tensor*> by_data;  // into whole.keep_alive
   for (const at::Tensor& t : whole.keep_alive) by_data[t.data_ptr()] = &t;
   for (const auto& v : part.g.values()) {
     if (v.kind != ecg::ValueKind::Weight) continue;
     auto it = by_data.find(v.data);
-    if (it != by_data.end()) part.keep_alive.push_back(*it->second);
+    if (it == by_data.end()) continue;
+    part.keep_alive.push_back(*it->second);
+    part.keep_alive_device.push_back(whole.keep_alive_device[it->second - whole.keep_alive.data()]);
   }
   return compile_region(part, opts, out_strides);
 }
@@ -390,15 +405,21 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("tuning_db", &CompileOptions::tuning_db)
       .def_readwrite("pack_gemm_weights", &CompileOptions::pack_gemm_weights)
       .def_readwrite("fuse_expand_depthwise", &CompileOptions::fuse_expand_depthwise)
-      .def_readwrite("winograd", &CompileOptions::winograd);
+      .def_readwrite("winograd", &CompileOptions::winograd)
+      .def_readwrite("sparse_threshold", &CompileOptions::sparse_threshold)
+      .def_readwrite("sparse_max_weights", &CompileOptions::sparse_max_weights)
+      .def_readwrite("device_index", &CompileOptions::device_index);
   py::class_<PyGraph>(m, "Graph")
       .def(py::init<>())
       .def("add_input", [](PyGraph& pg, const std::vector<int64_t>& shape, const std::string& dt, const std::string& name) {
         return pg.g.add_input(shape, dtype_from_name(dt), name);
       })
       .def("add_weight", [](PyGraph& pg, const at::Tensor& t, const std::string& name) {
-        at::Tensor c = t.detach().contiguous();
+        // A device weight is read on the host at compile time (kernels generated for it, constants
+        // folded): the graph holds a host copy; the region remembers where the model keeps it.
+        at::Tensor c = t.detach().contiguous().cpu();
         pg.keep_alive.push_back(c);
+        pg.keep_alive_device.push_back(t.device());
         return pg.g.add_weight(c.sizes().vec(), to_dtype(c.scalar_type()), c.data_ptr(), name);
       })
       .def("add_constant", [](PyGraph& pg, const at::Tensor& t, const std::string& name) {

@@ -44,7 +44,11 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
   target_ = opts.target ? opts.target : &target::registry().default_target();
   pool_ = &shared_pool(opts.threads);
   const Graph& g = graph_;
-  if (program.steps.empty() && !g.nodes().empty()) program = default_program(g);
+  if (program.steps.empty() && !g.nodes().empty()) {  // one step per node; a target's module stays loaded
+    std::shared_ptr<void> module = program.module;
+    program = default_program(g);
+    program.module = std::move(module);
+  }
   module_ = program.module;
   stats_.blocks = program.blocks;
   const char* prof = std::getenv("DNNFUSION_STEP_PROFILE");
@@ -227,7 +231,8 @@ void* Executable::resolve(const Loc& l, const std::vector<const void*>& in, cons
   return const_cast<char*>(base) + l.byte_offset;
 }
 
-void Executable::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs) {
+void Executable::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+                     const DeviceContext* device) {
   const Graph& g = graph_;
   DNNF_CHECK(inputs.size() == g.inputs().size(), "expected ", g.inputs().size(), " inputs, got ", inputs.size());
   DNNF_CHECK(outputs.size() == g.outputs().size(), "expected ", g.outputs().size(), " outputs, got ", outputs.size());
@@ -260,6 +265,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
     }
     const Node& n = g.node(s.node);
     KernelCall call{g, n, {}, {}, scratch, *pool_};
+    call.device = device;
     call.in.reserve(n.inputs.size());
     for (int v : n.inputs) call.in.push_back(v < 0 ? nullptr : resolve(loc_[v], inputs, outputs));
     for (int v : n.outputs) call.out.push_back(resolve(loc_[v], inputs, outputs));
@@ -298,7 +304,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
   // Outputs that are graph inputs or weights pass through by copy (outputs never alias).
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const Value& v = g.value(g.outputs()[i]);
-    if (v.producer >= 0) continue;
+    if (v.producer >= 0 || v.nbytes() == 0) continue;  // an empty tensor may have no buffer at all
     std::memcpy(outputs[i], resolve(loc_[v.id], inputs, outputs), static_cast<size_t>(v.nbytes()));
   }
 }

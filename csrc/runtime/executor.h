@@ -49,7 +49,9 @@ class Executable {
   ~Executable();
   // inputs: one pointer per graph input (contiguous, graph dtype/shape); outputs: one
   // preallocated contiguous buffer per graph output. Thread-safe (calls are serialized).
-  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs);
+  // `device`: the device and stream a device target's kernels run on (KernelCall::device).
+  void run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,
+           const DeviceContext* device = nullptr);
 
   const ecg::Graph& graph() const { return graph_; }
   const ExecStats& stats() const { return stats_; }

@@ -13,6 +13,13 @@
 
 namespace dnnfusion::runtime {
 
+// Where a device target's kernels run: the device index and the stream (e.g. a CUstream) on which
+// the caller's framework orders its work. Host targets get none.
+struct DeviceContext {
+  int index = 0;
+  void* stream = nullptr;
+};
+
 struct KernelCall {
   const ecg::Graph& g;
   const ecg::Node& n;
@@ -33,6 +40,7 @@ struct KernelCall {
   // Element strides at which output 0 is written (empty: contiguous). Only set for ops whose
   // OpKernel has strided_output: a fused block's permute of the output folded into the store.
   const std::vector<int64_t>* out_strides = nullptr;
+  const DeviceContext* device = nullptr;  // set by callers that run a device target
 };
 
 // Output `slot` as a strided view of input 0 (all in elements).

@@ -42,6 +42,15 @@ std::string Target::supports(const ecg::Graph& g, const ecg::Node& n) const {
   }
 }
 
+std::string Target::supports_at_import(const ecg::Graph& g, const ecg::Node& n, const CompileOptions& opts) const {
+  try {
+    if (auto why = import_decision(g, n, opts)) return *why;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return supports(g, n);
+}
+
 std::vector<YellowTiming> Target::measure_yellow(const ecg::Graph&, const std::vector<YellowQuery>&,
                                                  const CompileOptions&) const {
   DNNF_THROW("target '", name(), "' has no cost oracle for yellow fusion cells");
@@ -83,6 +92,12 @@ const Target& Registry::require_available(const std::string& name) const {
   const std::string why = t.unavailable_reason();
   if (!why.empty()) DNNF_THROW_AS(TargetUnavailable, "target '", name, "' cannot run on this machine: ", why);
   return t;
+}
+
+const Target& Registry::host_evaluator() const {
+  for (const auto& t : targets_)
+    if (t->device_type() == "cpu" && t->evaluates_constants()) return *t;
+  DNNF_THROW("no registered target can evaluate constants on the host");
 }
 
 const Target& Registry::default_target() const {

