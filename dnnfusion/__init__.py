@@ -16,8 +16,10 @@ from .explain import explain, ExplainReport
 from .prune import prune, PruneReport  # dnnfusion.prune is the function; the package is dnnfusion.prune.*
 from . import targets
 from . import cuda  # sparse convolution kernels for NVIDIA GPUs (dnnfusion.cuda.sparse_conv2d)
+from . import quantize  # int8 post-training quantization (calibration, weights, requantization)
+from . import fpga  # int8 CNN accelerator through OpenCL (dnnfusion.fpga.compile)
 
-__all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "prune", "PruneReport", "targets", "cuda", "CoreError",
+__all__ = ["explain", "ExplainReport", "VALID_OPTIONS", "prune", "PruneReport", "targets", "cuda", "quantize", "fpga", "CoreError",
            "CompilerNotFound", "CompilerTimeout", "FallbackWarning", "InvalidInput", "TargetUnavailable", "UnknownTarget", "UnsupportedOp"]
 __version__ = "0.1.0"
 

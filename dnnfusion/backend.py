@@ -3,7 +3,9 @@
 Dynamo graph -> [options prune: channel pruning of the Dynamo graph, prune/compile_pass.py] ->
 aot_autograd inference graph (functional ATen) with parameters and buffers frozen (they arrive as
 graph inputs; Dynamo marks them static) -> lowering.lower(), which hands the supported regions to
-the C++ core and leaves the rest as eager ATen calls.
+the C++ core and leaves the rest as eager ATen calls. A target whose Python glue defines
+``compile_graph`` (dnnfusion/targets/<name>.py) gets the Dynamo graph whole instead: the fpga target
+quantizes and offloads whole runs of layers with calibration data.
 """
 import collections
 import threading
@@ -11,6 +13,7 @@ import warnings
 
 import torch
 from torch._functorch.aot_autograd import aot_module_simplified
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _C
 from .options import parse_options
@@ -49,8 +52,6 @@ def _is_symbolic(gm, example_inputs):
 def _compile_static(gm, example_inputs, opts, report):
     from .lowering import lower
 
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-
     real = {i: example_inputs[i].detach() for i in _static_indices(gm) if isinstance(example_inputs[i], torch.Tensor)}
 
     def inference_compiler(aot_gm, aot_inputs):
@@ -80,6 +81,20 @@ def _compile_static(gm, example_inputs, opts, report):
         inference_compiler=inference_compiler,
         keep_inference_input_mutations=True,
     )
+
+
+def _compile_graph(gm, example_inputs, opts, report):
+    """A target whose glue compiles whole graphs (one that needs more than the graph, such as
+    calibration data) gets the graph itself; the others go through lowering."""
+    from .targets import glue
+
+    whole = glue(opts.target).compile_graph
+    if whole is not None:
+        with unset_fake_temporarily():
+            return whole(gm, list(example_inputs), opts, report)
+    if opts.prune is not None:
+        return _compile_pruned(gm, example_inputs, opts, report)
+    return _compile_static(gm, example_inputs, opts, report)
 
 
 def _compile_pruned(gm, example_inputs, opts, report):
@@ -147,10 +162,7 @@ class _PerShapeCompiled:
             rep = GraphReport()
             rep.notes.append(f"specialized for input signature {key}")
             try:
-                if self.opts.prune is not None:
-                    fn = _compile_pruned(self.gm, list(args), self.opts, rep)
-                else:
-                    fn = _compile_static(self.gm, list(args), self.opts, rep)
+                fn = _compile_graph(self.gm, list(args), self.opts, rep)
             except Exception as e:  # never fail the user's call: run this shape eagerly
                 warn_fallback(f"compiling for a new shape failed ({e})", what="this shape")
                 fn = self.gm.forward
@@ -202,9 +214,6 @@ def dnnfusion_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **
         report.notes.append("dynamic shapes: compiled per concrete input shape at run time")
         publish(report)
         return _PerShapeCompiled(gm, opts, report)
-    if opts.prune is not None:
-        compiled = _compile_pruned(gm, example_inputs, opts, report)
-    else:
-        compiled = _compile_static(gm, example_inputs, opts, report)
+    compiled = _compile_graph(gm, example_inputs, opts, report)
     publish(report)
     return compiled

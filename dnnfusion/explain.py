@@ -190,6 +190,9 @@ class ExplainReport:
             lines.append("fallback ops: none")
         lines.extend(self._fusion_lines())
         lines.extend(self._target_lines())
+        for g in self.graphs:
+            for title, text in g.target_sections:
+                lines.extend(["", f"{title}:"] + [f"  {line}" for line in text.splitlines()])
         if self.notes:
             lines.append("")
             lines.append("notes:")

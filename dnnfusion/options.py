@@ -1,6 +1,6 @@
 """Validation of ``torch.compile(..., options={...})`` for the dnnfusion backend."""
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Every option the backend understands, with what it accepts. Options of later capabilities
 # (fusion modes, tuning, targets, pruning) are added here when they are implemented.
@@ -30,6 +30,13 @@ VALID_OPTIONS = {
     "sparse_max_weights": "positive int: cuda target — the most weights (K*C*R*S) a convolution may have to get a "
                           "generated kernel (default 1048576); the kernel template's one-time compile grows faster "
                           "than linearly with it (64->64 3x3: ~10 s, 256->256 3x3: ~5 min, then cached on disk)",
+    "calib_data": "fpga target — calibration images [N, C, H, W] or an iterable of input batches (required there)",
+    "calibration": "'kl' (default) | 'minmax' | 'percentile': fpga target — how activation scales are calibrated",
+    "per_channel": "bool: fpga target — int8 weight scales per output channel (default True) or per tensor",
+    "fpga_platform": "str or None: fpga target — OpenCL platform, a substring of its name or vendor (default "
+                     "$DNNFUSION_OPENCL_PLATFORM, else PoCL)",
+    "fpga_binary": "str or None: fpga target — a vendor device binary of the datapath kernels (.aocx / .xclbin); "
+                   "None builds them from OpenCL C source",
     "prune": "float in (0, 1) or None: AukC channel pruning of that fraction at compile time, calibrated on the "
              "example inputs (default None: off)",
 }
@@ -53,6 +60,13 @@ class Options:
     prune: float = None  # None: no compile-time pruning
     sparse_threshold: float = 0.7
     sparse_max_weights: int = 1 << 20
+    calib_data: object = field(default=None, compare=False, repr=False)
+    calibration: str = "kl"
+    per_channel: bool = True
+    fpga_platform: str = None
+    fpga_binary: str = None
+
+FPGA_OPTIONS = ("calib_data", "calibration", "per_channel", "fpga_platform", "fpga_binary")
 
 
 def parse_options(options, device_type=None) -> Options:
@@ -70,7 +84,7 @@ def parse_options(options, device_type=None) -> Options:
 
     default = names()[0]  # the first registered target, unless one runs where the inputs are
     if device_type is not None:
-        default = next((t["name"] for t in registered() if t["device_type"] == device_type), default)
+        default = next((t["name"] for t in registered(False) if t["device_type"] == device_type), default)
     target = options.get("target", default)
     if not isinstance(target, str) or target not in names():
         raise ValueError(f"dnnfusion: option 'target' must be one of the registered targets {names()}, got {target!r}")
@@ -117,9 +131,29 @@ def parse_options(options, device_type=None) -> Options:
     sparse_max_weights = options.get("sparse_max_weights", 1 << 20)
     if isinstance(sparse_max_weights, bool) or not isinstance(sparse_max_weights, int) or sparse_max_weights < 1:
         raise ValueError(f"dnnfusion: option 'sparse_max_weights' must be a positive int, got {sparse_max_weights!r}")
+    fpga = _parse_fpga_options(options, target)
     return Options(target=target, threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
                    pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, winograd=winograd,
-                   prune=prune, sparse_threshold=float(sparse_threshold), sparse_max_weights=sparse_max_weights)
+                   prune=prune, sparse_threshold=float(sparse_threshold), sparse_max_weights=sparse_max_weights, **fpga)
+
+
+def _parse_fpga_options(options, target):
+    """The fpga target's options, checked for type (calib_data itself is checked when it is used)."""
+    given = [k for k in FPGA_OPTIONS if k in options]
+    if given and target != "fpga":
+        raise ValueError(f"dnnfusion: option(s) {given} apply to target 'fpga' only (target is {target!r})")
+    from .fpga import CALIBRATION_METHODS
+
+    out = {k: options[k] for k in given}
+    if out.get("calibration", "kl") not in CALIBRATION_METHODS:
+        raise ValueError(f"dnnfusion: option 'calibration' must be one of {list(CALIBRATION_METHODS)}, "
+                         f"got {out['calibration']!r}")
+    if not isinstance(out.get("per_channel", True), bool):
+        raise ValueError(f"dnnfusion: option 'per_channel' must be True or False, got {out['per_channel']!r}")
+    for k in ("fpga_platform", "fpga_binary"):
+        if out.get(k) is not None and not isinstance(out[k], str):
+            raise ValueError(f"dnnfusion: option {k!r} must be a str or None, got {out[k]!r}")
+    return out
 
 
 def core_options(opts: Options):

@@ -95,6 +95,7 @@ class GraphReport:
     notes: list = field(default_factory=list)  # whole-graph events (eager fallback, recompiles)
     prune: object = None  # PruneReport of the compile-time pass (options={"prune": r}), None if not applied
     frozen_numel: int = 0  # elements of the parameters/buffers handed to lowering as compile-time constants
+    target_sections: list = field(default_factory=list)  # (title, text) of a target that compiled the whole graph
 
     def add_fallback(self, op, reason):
         self.fallbacks.setdefault(op, collections.Counter())[reason] += 1

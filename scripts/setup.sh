@@ -33,7 +33,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 
-if ! "$PY" -c "import torch, torchvision, transformers, pytest, pybind11, numpy, tqdm, cmake, ninja, setuptools; assert torch.__version__.startswith('2.14.1') and int(setuptools.__version__.split('.')[0]) >= 70" >/dev/null 2>&1; then
+if ! "$PY" -c "import torch, torchvision, transformers, pytest, pybind11, numpy, tqdm, cmake, ninja, setuptools, sklearn; assert torch.__version__.startswith('2.14.1') and int(setuptools.__version__.split('.')[0]) >= 70" >/dev/null 2>&1; then
   echo "[setup] pip install -r requirements.txt"
   "$PY" -m pip install -q -r "$ROOT/requirements.txt"
 fi

@@ -438,7 +438,9 @@ PYBIND11_MODULE(_C, m) {
       .def("num_nodes", [](const PyGraph& pg) { return pg.g.nodes().size(); });
   m.def("compile", &compile_region, py::arg("graph"), py::arg("options"),
         py::arg("out_strides") = std::vector<std::vector<int64_t>>{});
-  m.def("targets", []() {
+  // with_reasons=False skips unavailable_reason(), which may load a driver (CUDA, OpenCL): listing
+  // names must not initialize a device runtime in every process that compiles.
+  m.def("targets", [](bool with_reasons) {
     py::list out;
     for (const auto& name : target::registry().names()) {
       const target::Target& t = target::registry().get(name);
@@ -447,10 +449,13 @@ PYBIND11_MODULE(_C, m) {
       d["description"] = t.description();
       d["device_type"] = t.device_type();
       d["fuses"] = t.fuses();
-      d["unavailable_reason"] = t.unavailable_reason();
+      if (with_reasons) d["unavailable_reason"] = t.unavailable_reason();
       out.append(d);
     }
     return out;
+  }, py::arg("with_reasons") = true);
+  m.def("target_unavailable_reason", [](const std::string& name) {
+    return target::registry().get(name).unavailable_reason();
   });
   m.def("release", [](int64_t h) {
     std::lock_guard<std::mutex> lk(g_regions_mu);

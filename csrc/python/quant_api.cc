@@ -247,6 +247,7 @@ void bind_histogram(py::module_& m) {
       .def_property_readonly("bin_width", &quant::Histogram::bin_width)
       .def_property_readonly("max_abs", &quant::Histogram::max_abs)
       .def_property_readonly("total", &quant::Histogram::total)
+      .def_property_readonly("zeros", &quant::Histogram::zeros)
       .def_property_readonly("empty", &quant::Histogram::empty)
       .def("counts", [](const quant::Histogram& h) { return to_tensor(h.counts()); });
 }

@@ -136,6 +136,7 @@ void Histogram::add(const float* data, int64_t n) {
   total_ += static_cast<double>(n);
   if (range_ == 0) {
     pending_zeros_ += static_cast<double>(n);
+    zeros_ += static_cast<double>(n);
     return;
   }
   const double per_unit = bins() / range_;
@@ -143,6 +144,7 @@ void Histogram::add(const float* data, int64_t n) {
   for (int64_t k = 0; k < n; ++k) {
     const double a = std::fabs(static_cast<double>(data[k]));
     if (a == range_) at_range_ += 1;
+    if (a == 0) zeros_ += 1;
     counts_[static_cast<size_t>(std::min(static_cast<int64_t>(a * per_unit), last))] += 1;
   }
 }
@@ -174,7 +176,8 @@ std::vector<double> kl_divergences(const Histogram& h) {
   if (h.bins() < kQuantLevels)
     DNNF_THROW_AS(InvalidInput, "KL calibration needs a histogram of at least ", kQuantLevels, " bins, got ",
                   h.bins());
-  const std::vector<double> raw = h.counts();
+  std::vector<double> raw = h.counts();
+  raw[0] = std::max(0.0, raw[0] - h.zeros());
   // outliers of candidate i = mass of bins [i, bins): a suffix sum, accumulated from the top.
   std::vector<double> suffix(raw.size() + 1, 0.0);
   for (size_t k = raw.size(); k-- > 0;) suffix[k] = suffix[k + 1] + raw[k];

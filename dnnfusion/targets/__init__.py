@@ -17,19 +17,21 @@ from .. import _C
 _cache = {}
 
 
-def registered():
-    """[{name, description, device_type, fuses, unavailable_reason}] in registration order (first = default)."""
-    return list(_C.targets())
+def registered(with_reasons=True):
+    """[{name, description, device_type, fuses, unavailable_reason}] in registration order (first = default).
+    with_reasons=False leaves out unavailable_reason, whose check may load a device driver."""
+    return list(_C.targets(with_reasons))
 
 
 def names():
-    return [t["name"] for t in registered()]
+    return [t["name"] for t in registered(False)]
 
 
 def info(name):
-    for t in registered():
+    """One target's entry, with what this machine lacks for it ("" when it runs here)."""
+    for t in registered(False):
         if t["name"] == name:
-            return t
+            return dict(t, unavailable_reason=_C.target_unavailable_reason(name))
     raise ValueError(f"dnnfusion: unknown target {name!r}; registered targets: {names()}")
 
 
@@ -40,6 +42,8 @@ class _Glue:
         self.notes = tuple(getattr(module, "STATS_NOTES", ()))
         self._explain = getattr(module, "explain_lines", None)
         self._prepare = getattr(module, "prepare", None)
+        # A target that compiles whole graphs itself: compile_graph(gm, example_inputs, opts, report).
+        self.compile_graph = getattr(module, "compile_graph", None)
 
     def prepare(self):
         """Before a compile for this target: whatever it needs set up first (tool locations, ...)."""

@@ -13,6 +13,7 @@
 #include "target/cpu/layout/propagate_blocked_layout.h"
 #include "target/cpu/layout/tuning_db.h"
 #include "rewrite_test_util.h"
+#include "test_env_util.h"
 
 namespace dnnfusion {
 namespace {
@@ -36,18 +37,10 @@ ecg::Graph small_cnn(GraphBuilder& B) {
   return B.g;
 }
 
+// A database path in a fresh directory /tmp/dnnfusion_choose_XXXXXX, removed with the object.
 struct TempDb {
-  fs::path dir, path;
-  TempDb() {
-    char tmpl[] = "/tmp/dnnfusion_choose_XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    dir = p ? fs::path(p) : fs::temp_directory_path();
-    path = dir / "tuning_db.txt";
-  }
-  ~TempDb() {
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-  }
+  test_util::TempDir dir{"/tmp/dnnfusion_choose_"};
+  fs::path path = dir.path() / "tuning_db.txt";
 };
 
 void expect_same_values(const ecg::Graph& g, const layout::ConvSchemes& sc, std::mt19937_64& rng, bool propagate = true) {

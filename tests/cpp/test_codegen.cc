@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "kernel_test_util.h"
 #include "runtime/executor.h"
+#include "test_env_util.h"
 
 using namespace dnnfusion;
 using codegen::StridedView;
@@ -320,9 +321,8 @@ TEST(Codegen, ValueTheEpilogueReadsButThatDoesNotDependOnTheKernelRunsBeforeIt) 
 }
 
 TEST(Codegen, KernelCacheSkipsTheCompilerAndMissingCompilerIsAClearError) {
-  char tmpl[] = "/tmp/dnnf_cache_XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl), nullptr);
-  setenv("DNNFUSION_CACHE_DIR", tmpl, 1);
+  test_util::TempDir cache_dir("/tmp/dnnf_cache_");
+  test_util::ScopedEnv cache("DNNFUSION_CACHE_DIR", cache_dir.path().string());
   const std::string src = codegen::generated_prelude() + "extern \"C\" int dnnf_probe() { return 7; }\n";
   codegen::JitModule a = codegen::jit_compile(src);
   EXPECT_FALSE(a.cache_hit);
@@ -338,16 +338,13 @@ TEST(Codegen, KernelCacheSkipsTheCompilerAndMissingCompilerIsAClearError) {
   { FILE* fp = std::fopen(path.c_str(), "w"); std::fputs("garbage", fp); std::fclose(fp); }
   codegen::JitModule c = codegen::jit_compile(src);
   EXPECT_FALSE(c.cache_hit);
-  setenv("DNNFUSION_CXX", "/nonexistent/c++", 1);
+  test_util::ScopedEnv cxx("DNNFUSION_CXX", "/nonexistent/c++");
   try {
     codegen::jit_compile(src + "// other\n");
     ADD_FAILURE() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no C++ compiler"), std::string::npos) << e.what();
   }
-  unsetenv("DNNFUSION_CXX");
-  unsetenv("DNNFUSION_CACHE_DIR");
-  std::system((std::string("rm -rf ") + tmpl).c_str());
 }
 
 TEST(Codegen, DataMovementFeedingGemmAndAttentionBecomesStridedOperands) {

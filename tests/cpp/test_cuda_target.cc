@@ -13,21 +13,23 @@
 
 #include "compile_options.h"
 #include "kernel_test_util.h"
+#include "test_env_util.h"
 #include "runtime/executor.h"
 #include "target/cuda/graph/fuse_sparse_convs.h"
 #include "target/cuda/graph/sparse_conv_chains.h"
 #include "target/target.h"
 
 using namespace dnnfusion;
+namespace test_util = dnnfusion::test_util;
 using ecg::Graph;
 using dnnfusion::testing::seed_note;
 using dnnfusion::testing::test_seed;
 
 namespace {
 
-struct EmulateEnv {
-  EmulateEnv() { ::setenv("DNNFUSION_CUDA_EMULATE", "1", 1); }
-  ~EmulateEnv() { ::unsetenv("DNNFUSION_CUDA_EMULATE"); }
+// The target's kernels run through the PTX interpreter on host memory while one lives.
+struct EmulateEnv : test_util::ScopedEnv {
+  EmulateEnv() : ScopedEnv("DNNFUSION_CUDA_EMULATE", "1") {}
 };
 
 std::vector<float> sparse_weights(size_t n, double zeros, std::mt19937& rng) {

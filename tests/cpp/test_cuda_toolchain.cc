@@ -31,6 +31,7 @@
 #include "target/cuda/toolchain/cuda_tools.h"
 #include "target/cuda/toolchain/ptxas.h"
 #include "target/cuda/toolchain/sass_stats.h"
+#include "test_env_util.h"
 
 namespace fs = std::filesystem;
 namespace cuda = dnnfusion::cuda;
@@ -38,58 +39,14 @@ using dnnfusion::CompilerTimeout;
 using dnnfusion::Error;
 using dnnfusion::InvalidInput;
 using dnnfusion::TargetUnavailable;
+using dnnfusion::test_util::error_of;
+using dnnfusion::test_util::ScopedEnv;
 
 namespace {
 
-
-// Sets (value) or unsets (nullptr) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name, value.c_str()) {}
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
-// A temporary directory for one test, removed with its contents at the end.
-class TestDir {
- public:
-  TestDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dnnf_cuda_test_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TestDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-  // Writes an executable shell script `name` and returns its path.
-  std::string script(const std::string& name, const std::string& body) const {
-    const std::string p = file(name);
-    std::ofstream(p) << "#!/bin/sh\n" << body;
-    chmod(p.c_str(), 0755);
-    return p;
-  }
-
- private:
-  std::string path_;
+// This file's temporary directories: $TMPDIR/dnnf_cuda_test_XXXXXX.
+struct TempDir : dnnfusion::test_util::TempDir {
+  TempDir() : dnnfusion::test_util::TempDir("dnnf_cuda_test_") {}
 };
 
 // Makes nvdisasm findable the way the Python package will (a registered directory), unless the
@@ -183,23 +140,12 @@ std::string spilling_ptx() {
   return p.str();
 }
 
-template <typename Kind, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Kind& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no exception of the expected kind";
-  return "";
-}
-
 }  // namespace
 
 // ---- common/subprocess.h ----
 
 TEST(Subprocess, CapturesOutputAndExitStatus) {
-  TestDir dir;
+  TempDir dir;
   const std::string s = dir.script("tool", "echo out; echo err 1>&2; exit 3\n");
   const auto r = dnnfusion::run_process({s}, dnnfusion::current_environment(), 30, "the tool");
   EXPECT_FALSE(r.timed_out);
@@ -210,7 +156,7 @@ TEST(Subprocess, CapturesOutputAndExitStatus) {
 }
 
 TEST(Subprocess, EnvironmentIsExactlyWhatIsGiven) {
-  TestDir dir;
+  TempDir dir;
   const std::string s = dir.script("tool", "echo \"[$DNNF_A][$DNNF_B]\"\n");
   ScopedEnv b("DNNF_B", "dropped");
   std::vector<std::string> env = dnnfusion::current_environment({"DNNF_B"});
@@ -221,7 +167,7 @@ TEST(Subprocess, EnvironmentIsExactlyWhatIsGiven) {
 }
 
 TEST(Subprocess, TimeoutKillsTheWholeProcessGroup) {
-  TestDir dir;
+  TempDir dir;
   const std::string pidfile = dir.file("pid");
   const std::string s = dir.script("tool", "sleep 60 &\necho $! > " + pidfile + "\nwait\n");
   const auto t0 = std::chrono::steady_clock::now();
@@ -263,7 +209,7 @@ TEST(Subprocess, DisplayCommandQuotesWhatAShellWouldSplit) {
 // ---- cuda_tools.h: discovery ----
 
 TEST(CudaTools, ExplicitOverrideIsTheOnlyCandidate) {
-  TestDir dir;
+  TempDir dir;
   const std::string fake = dir.script("my-ptxas", "exit 0\n");
   {
     ScopedEnv e("DNNFUSION_PTXAS", fake);
@@ -277,47 +223,47 @@ TEST(CudaTools, ExplicitOverrideIsTheOnlyCandidate) {
   EXPECT_TRUE(contains(msg, "pip install nvidia-cuda-nvcc")) << msg;
   EXPECT_TRUE(contains(msg, "CUDA toolkit")) << msg;
   // A directory or a non-executable file is not a tool.
-  ScopedEnv d("DNNFUSION_PTXAS", dir.path());
+  ScopedEnv d("DNNFUSION_PTXAS", dir.path().string());
   EXPECT_EQ(cuda::find_cuda_tool("ptxas"), "");
 }
 
 TEST(CudaTools, SearchOrderRegisteredDirThenCudaHomeThenPath) {
-  TestDir reg, home, path;
+  TempDir reg, home, path;
   fs::create_directories(home.file("bin"));
   const std::string in_home = home.script("bin/cuobjdump", "exit 0\n");
   const std::string in_path = path.script("cuobjdump", "exit 0\n");
   ScopedEnv o("DNNFUSION_CUOBJDUMP", nullptr);
-  ScopedEnv p("PATH", path.path());
+  ScopedEnv p("PATH", path.path().string());
   ScopedEnv cp("CUDA_PATH", nullptr);
   const bool system_one = fs::exists("/usr/local/cuda/bin/cuobjdump");
   {
     ScopedEnv h("CUDA_HOME", nullptr);
     EXPECT_EQ(cuda::find_cuda_tool("cuobjdump"), system_one ? "/usr/local/cuda/bin/cuobjdump" : in_path);
   }
-  ScopedEnv h("CUDA_HOME", home.path());
+  ScopedEnv h("CUDA_HOME", home.path().string());
   EXPECT_EQ(cuda::find_cuda_tool("cuobjdump"), in_home);
   const std::string in_reg = reg.script("cuobjdump", "exit 0\n");
-  cuda::add_cuda_tool_dir(reg.path());
-  cuda::add_cuda_tool_dir(reg.path());  // a duplicate is ignored
+  cuda::add_cuda_tool_dir(reg.path().string());
+  cuda::add_cuda_tool_dir(reg.path().string());  // a duplicate is ignored
   EXPECT_EQ(cuda::find_cuda_tool("cuobjdump"), in_reg);
   const std::string where = cuda::cuda_tool_search_description("cuobjdump");
-  EXPECT_LT(where.find(reg.path()), where.find(home.path())) << where;
-  EXPECT_LT(where.find(home.path()), where.find("/usr/local/cuda/bin/cuobjdump")) << where;
-  EXPECT_LT(where.find("/usr/local/cuda/bin/cuobjdump"), where.find(path.path())) << where;
+  EXPECT_LT(where.find(reg.path().string()), where.find(home.path().string())) << where;
+  EXPECT_LT(where.find(home.path().string()), where.find("/usr/local/cuda/bin/cuobjdump")) << where;
+  EXPECT_LT(where.find("/usr/local/cuda/bin/cuobjdump"), where.find(path.path().string())) << where;
 }
 
 TEST(CudaTools, AnAbsentToolIsEmptyAndItsErrorSaysWhereAndHow) {
   if (fs::exists("/usr/local/cuda/bin/cuobjdump")) GTEST_SKIP() << "this machine has /usr/local/cuda/bin/cuobjdump";
-  TestDir empty;
+  TempDir empty;
   ScopedEnv o("DNNFUSION_CUOBJDUMP", nullptr);
-  ScopedEnv h("CUDA_HOME", empty.path());
+  ScopedEnv h("CUDA_HOME", empty.path().string());
   ScopedEnv cp("CUDA_PATH", nullptr);
-  ScopedEnv p("PATH", empty.path());
+  ScopedEnv p("PATH", empty.path().string());
   ASSERT_EQ(cuda::find_cuda_tool("cuobjdump"), "");
   const std::string msg = error_of<TargetUnavailable>([] { cuda::require_cuda_tool("cuobjdump"); });
   EXPECT_TRUE(contains(msg, "cuobjdump, which was not found")) << msg;
   EXPECT_TRUE(contains(msg, "$DNNFUSION_CUOBJDUMP (unset)")) << msg;
-  EXPECT_TRUE(contains(msg, empty.path() + "/bin/cuobjdump")) << msg;
+  EXPECT_TRUE(contains(msg, empty.file("bin/cuobjdump"))) << msg;
   EXPECT_TRUE(contains(msg, "/usr/local/cuda/bin/cuobjdump")) << msg;
   EXPECT_TRUE(contains(msg, "pip install nvidia-cuda-cuobjdump")) << msg;
 }
@@ -374,7 +320,7 @@ TEST(CudaArchs, ValidateArchListsTheAllowedValues) {
 }
 
 TEST(CudaArchs, ReadFromTheHelpTextOfAnotherPtxas) {
-  TestDir dir;
+  TempDir dir;
   const std::string fake = dir.script("ptxas",
                                       "cat <<'EOF'\n"
                                       "--fmad <true|false>  (-fmad)\n        Allowed values:  'true','false'.\n"
@@ -393,7 +339,7 @@ TEST(CudaArchs, ReadFromTheHelpTextOfAnotherPtxas) {
 }
 
 TEST(CudaArchs, ProbedWhenTheHelpTextHasNoList) {
-  TestDir dir;
+  TempDir dir;
   // Accepts -arch=sm_80 and -arch=sm_120 (writing the -o file), refuses the rest.
   const std::string fake = dir.script("ptxas",
                                       "[ \"$1\" = --help ] && { echo 'usage: ptxas [options] file'; exit 0; }\n"
@@ -404,7 +350,7 @@ TEST(CudaArchs, ProbedWhenTheHelpTextHasNoList) {
 }
 
 TEST(CudaArchs, WithoutPtxasOnlyTheSpellingIsChecked) {
-  TestDir dir;
+  TempDir dir;
   ScopedEnv e("DNNFUSION_PTXAS", dir.file("absent"));
   EXPECT_TRUE(cuda::supported_archs().empty());
   const std::string missing = error_of<TargetUnavailable>([] { cuda::validate_arch("sm_90"); });
@@ -483,13 +429,13 @@ TEST(Ptxas, RejectedPtxIsAnErrorWithTheLogAndTheLine) {
 }
 
 TEST(Ptxas, AHangingPtxasIsKilledAtTheTimeout) {
-  TestDir dir, tmp;
+  TempDir dir, tmp;
   const std::string pidfile = dir.file("pid");
   const std::string fake = dir.script(
       "ptxas", "[ \"$1\" = --help ] && { echo \"--gpu-name (-arch)\n  Allowed values for this option: 'sm_80'.\"; exit 0; }\n"
                "sleep 60 &\necho $! > " + pidfile + "\nwait\n");
   ScopedEnv e("DNNFUSION_PTXAS", fake);
-  ScopedEnv t("TMPDIR", tmp.path());
+  ScopedEnv t("TMPDIR", tmp.path().string());
   cuda::AssembleOptions o;
   o.timeout_s = 1;
   const auto t0 = std::chrono::steady_clock::now();
@@ -511,7 +457,7 @@ TEST(Ptxas, AHangingPtxasIsKilledAtTheTimeout) {
 }
 
 TEST(Ptxas, MissingPtxasAndBadOptions) {
-  TestDir dir;
+  TempDir dir;
   {
     ScopedEnv e("DNNFUSION_PTXAS", dir.file("absent"));
     const std::string msg = error_of<TargetUnavailable>([] { cuda::assemble_ptx(fma_chain_ptx("k", 1, false), "sm_80"); });
@@ -611,7 +557,7 @@ TEST(SassStats, CountsTheDependentFmasOfAChain) {
 TEST(SassStats, WithoutNvdisasmTheElfFiguresRemain) {
   REQUIRE_PTXAS();
   const cuda::Cubin c = cuda::assemble_ptx(fma_chain_ptx("chain", 4, false), "sm_80");
-  TestDir dir;
+  TempDir dir;
   ScopedEnv e("DNNFUSION_NVDISASM", dir.file("absent"));
   const cuda::SassStats s = cuda::sass_stats(c.bytes);
   EXPECT_GT(s.instructions, 0);

@@ -25,11 +25,13 @@
 #include "common/error.h"
 #include "common/keyed_file_store.h"
 #include "target/cpu/codegen/jit_compiler.h"
+#include "test_env_util.h"
 
 namespace fs = std::filesystem;
 using dnnfusion::CompilerTimeout;
 using dnnfusion::Error;
 using dnnfusion::KeyedFileStore;
+using dnnfusion::test_util::ScopedEnv;
 namespace codegen = dnnfusion::codegen;
 
 namespace {
@@ -38,43 +40,9 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Sets (value) or unsets (nullptr) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name, value.c_str()) {}
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
-// A fresh directory under /tmp (mode 0700, ours), removed with the object.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/dnnf_jit_test_XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path = p ? p : "/tmp/dnnf_jit_test_failed";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// This file's temporary directories: /tmp/dnnf_jit_test_XXXXXX (mode 0700, ours).
+struct TempDir : dnnfusion::test_util::TempDir {
+  TempDir() : dnnfusion::test_util::TempDir("/tmp/dnnf_jit_test_") {}
 };
 
 // Module files compiled into the shared private directory are removed with the object.
@@ -162,15 +130,15 @@ std::vector<std::string> temporaries_in(const fs::path& dir) {
 
 TEST(JitCompiler, HangingCompilerIsKilledWithItsProcessGroupAtTheTimeout) {
   TempDir t;
-  const fs::path script = t.path / "hang.sh";
+  const fs::path script = t.path() / "hang.sh";
   // The shell's child must die too: only killing the process group reaches it.
   write_file(script,
-             "#!/bin/sh\necho $$ > '" + (t.path / "sh.pid").string() + "'\nsleep 100 &\necho $! > '" +
-                 (t.path / "sleep.pid").string() + "'\nwait\n",
+             "#!/bin/sh\necho $$ > '" + (t.path() / "sh.pid").string() + "'\nsleep 100 &\necho $! > '" +
+                 (t.path() / "sleep.pid").string() + "'\nwait\n",
              0700);
   ScopedEnv cxx("DNNFUSION_CXX", script.string());
   ScopedEnv timeout("DNNFUSION_COMPILE_TIMEOUT", "1");
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path / "cache").string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path() / "cache").string());
   const auto t0 = Clock::now();
   try {
     codegen::jit_compile(fresh_source(kExportsF));
@@ -183,20 +151,20 @@ TEST(JitCompiler, HangingCompilerIsKilledWithItsProcessGroupAtTheTimeout) {
   }
   EXPECT_LT(seconds_since(t0), 5.0);
   for (const char* f : {"sh.pid", "sleep.pid"}) {
-    const std::string pid = slurp(t.path / f);
+    const std::string pid = slurp(t.path() / f);
     ASSERT_FALSE(pid.empty()) << f;
     EXPECT_TRUE(wait_gone(static_cast<pid_t>(std::stol(pid)), 3.0)) << f << " " << pid << " still runs";
   }
-  EXPECT_EQ(temporaries_in(t.path / "cache" / "kernels"), std::vector<std::string>{});
+  EXPECT_EQ(temporaries_in(t.path() / "cache" / "kernels"), std::vector<std::string>{});
 }
 
 TEST(JitCompiler, FailingCompilerIsAnErrorCarryingItsOutput) {
   TempDir t;
-  const fs::path script = t.path / "fail.sh";
+  const fs::path script = t.path() / "fail.sh";
   write_file(script, "#!/bin/sh\necho 'fake-cxx: out of cheese' >&2\nexit 1\n", 0700);
   ScopedEnv cxx("DNNFUSION_CXX", script.string());
   ScopedEnv timeout("DNNFUSION_COMPILE_TIMEOUT", nullptr);
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path / "cache").string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path() / "cache").string());
   try {
     codegen::jit_compile(fresh_source(kExportsF));
     ADD_FAILURE() << "expected an error";
@@ -206,15 +174,15 @@ TEST(JitCompiler, FailingCompilerIsAnErrorCarryingItsOutput) {
     EXPECT_NE(std::string(e.what()).find("fake-cxx: out of cheese"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("failed"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(temporaries_in(t.path / "cache" / "kernels"), std::vector<std::string>{});
+  EXPECT_EQ(temporaries_in(t.path() / "cache" / "kernels"), std::vector<std::string>{});
 }
 
 TEST(JitCompiler, CompilerKilledBySignalIsAClearError) {
   TempDir t;
-  const fs::path script = t.path / "crash.sh";
+  const fs::path script = t.path() / "crash.sh";
   write_file(script, "#!/bin/sh\nkill -KILL $$\nsleep 5\n", 0700);
   ScopedEnv cxx("DNNFUSION_CXX", script.string());
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path / "cache").string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path() / "cache").string());
   try {
     codegen::jit_compile(fresh_source(kExportsF));
     ADD_FAILURE() << "expected an error";
@@ -225,7 +193,7 @@ TEST(JitCompiler, CompilerKilledBySignalIsAClearError) {
 
 TEST(JitCompiler, MalformedTimeoutIsAnErrorNamingTheVariable) {
   TempDir t;
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path / "cache").string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", (t.path() / "cache").string());
   {
     ScopedEnv unset("DNNFUSION_COMPILE_TIMEOUT", nullptr);
     EXPECT_EQ(codegen::compile_timeout_seconds(), 300);
@@ -249,8 +217,8 @@ TEST(JitCompiler, MalformedTimeoutIsAnErrorNamingTheVariable) {
 
 TEST(JitCompiler, ShellMetacharactersInTheCachePathExecuteNothing) {
   TempDir t;
-  const std::string pwned = (t.path / "pwned").string();
-  const std::string dir = t.path.string() + "/it's a $(touch " + pwned + ") `touch " + pwned + "2` dir";
+  const std::string pwned = (t.path() / "pwned").string();
+  const std::string dir = t.path().string() + "/it's a $(touch " + pwned + ") `touch " + pwned + "2` dir";
   ScopedEnv cache("DNNFUSION_CACHE_DIR", dir);
   ScopedEnv cxx("DNNFUSION_CXX", nullptr);
   const codegen::JitModule m = codegen::jit_compile(fresh_source(kExportsF), {"f"});
@@ -263,10 +231,10 @@ TEST(JitCompiler, ShellMetacharactersInTheCachePathExecuteNothing) {
 
 TEST(JitCompiler, CacheHitRunsNoCompilerAndTheCacheIsPrivate) {
   TempDir t;
-  const std::string dir = (t.path / "a" / "b").string();
+  const std::string dir = (t.path() / "a" / "b").string();
   ScopedEnv cache("DNNFUSION_CACHE_DIR", dir);
   // The compiler's path is part of the cache key: a wrapper that is later made to fail.
-  const fs::path wrapper = t.path / "cxx.sh";
+  const fs::path wrapper = t.path() / "cxx.sh";
   write_file(wrapper, "#!/bin/sh\nexec c++ \"$@\"\n", 0700);
   ScopedEnv cxx("DNNFUSION_CXX", wrapper.string());
   const std::string src = fresh_source(kExportsF);
@@ -277,12 +245,12 @@ TEST(JitCompiler, CacheHitRunsNoCompilerAndTheCacheIsPrivate) {
     EXPECT_GT(a.compile_ms, 0);
     path = a.path;
     // Created directories 0700, source 0600, shared object 0700 (whatever the umask).
-    for (const std::string& d : {(t.path / "a").string(), dir, dir + "/kernels"})
+    for (const std::string& d : {(t.path() / "a").string(), dir, dir + "/kernels"})
       EXPECT_EQ(fs::status(d).permissions(), fs::perms::owner_all) << d;
     EXPECT_EQ(fs::status(a.source_path).permissions(), fs::perms::owner_read | fs::perms::owner_write);
     EXPECT_EQ(fs::status(a.path).permissions(), fs::perms::owner_all);
   }
-  const fs::path ran = t.path / "ran";
+  const fs::path ran = t.path() / "ran";
   write_file(wrapper, "#!/bin/sh\necho ran > '" + ran.string() + "'\nexit 1\n", 0700);
   const codegen::JitModule b = codegen::jit_compile(src, {"f"});
   EXPECT_TRUE(b.cache_hit);
@@ -295,7 +263,7 @@ TEST(JitCompiler, CacheHitRunsNoCompilerAndTheCacheIsPrivate) {
 
 TEST(JitCompiler, TwoThreadsCompilingTheSameSourceBothSucceed) {
   TempDir t;
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path.string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path().string());
   ScopedEnv cxx("DNNFUSION_CXX", nullptr);
   const std::string src = fresh_source(kExportsF);
   codegen::JitModule m[2];
@@ -317,7 +285,7 @@ TEST(JitCompiler, TwoThreadsCompilingTheSameSourceBothSucceed) {
     }
   }
   EXPECT_EQ(m[0].path, m[1].path);
-  EXPECT_EQ(temporaries_in(t.path / "kernels"), std::vector<std::string>{});
+  EXPECT_EQ(temporaries_in(t.path() / "kernels"), std::vector<std::string>{});
 }
 
 // Modules are loaded through /proc/self/fd/<n>, and dlopen returns an already loaded object whose
@@ -325,7 +293,7 @@ TEST(JitCompiler, TwoThreadsCompilingTheSameSourceBothSucceed) {
 // as itself, and releasing every module closes every descriptor.
 TEST(JitCompiler, ModulesLoadedSideBySideStayDistinctAndReleaseTheirDescriptors) {
   TempDir t;
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path.string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path().string());
   ScopedEnv cxx("DNNFUSION_CXX", nullptr);
   auto open_fds = [] {
     size_t n = 0;
@@ -362,10 +330,10 @@ TEST(JitCompiler, GroupOrWorldWritableCacheDirIsNotUsed) {
   ScopedEnv cxx("DNNFUSION_CXX", nullptr);
   RemoveModuleFiles cleanup;
   // The root itself, then (with a private root) its kernels directory.
-  const fs::path shared = t.path / "shared";
+  const fs::path shared = t.path() / "shared";
   fs::create_directories(shared);
   ::chmod(shared.c_str(), 0777);
-  const fs::path root = t.path / "root";
+  const fs::path root = t.path() / "root";
   fs::create_directories(root / "kernels");
   ::chmod(root.c_str(), 0700);
   ::chmod((root / "kernels").c_str(), 0770);
@@ -376,7 +344,7 @@ TEST(JitCompiler, GroupOrWorldWritableCacheDirIsNotUsed) {
     const std::string err = ::testing::internal::GetCapturedStderr();
     cleanup.add(m);
     EXPECT_EQ(call_int(m, "f"), 1);
-    EXPECT_FALSE(starts_with(m.path, t.path.string())) << m.path;
+    EXPECT_FALSE(starts_with(m.path, t.path().string())) << m.path;
     expect_private_dir(fs::path(m.path).parent_path().string());
     EXPECT_NE(err.find("dnnfusion: kernel cache " + bad + " is group- or world-writable; compiling into the private directory " +
                        fs::path(m.path).parent_path().string() + " instead"),
@@ -395,7 +363,7 @@ TEST(JitCompiler, CacheDirOwnedByAnotherUserIsNotUsed) {
   uid_t owner;
   if (::geteuid() == 0) {
     // Root can make a directory another user owns.
-    theirs = (t.path / "theirs").string();
+    theirs = (t.path() / "theirs").string();
     fs::create_directories(theirs);
     ::chmod(theirs.c_str(), 0700);
     ASSERT_EQ(::chown(theirs.c_str(), 65534, 65534), 0);
@@ -434,7 +402,7 @@ TEST(JitCompiler, CacheDirWithoutHomeComesFromThePasswdEntry) {
 
 TEST(JitCompiler, CachedModuleLackingARequiredSymbolIsReplaced) {
   TempDir t;
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path.string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path().string());
   ScopedEnv cxx("DNNFUSION_CXX", nullptr);
   const std::string src_a = fresh_source(kExportsFG);  // exports f and g
   std::string path_a;
@@ -462,18 +430,18 @@ TEST(JitCompiler, CachedModuleLackingARequiredSymbolIsReplaced) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("lacks the required symbol not_defined_anywhere"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(temporaries_in(t.path / "kernels"), std::vector<std::string>{});
+  EXPECT_EQ(temporaries_in(t.path() / "kernels"), std::vector<std::string>{});
 }
 
 TEST(JitCompiler, CachedFileThatIsASymlinkOrWritableByOthersIsNotLoaded) {
   TempDir t;
-  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path.string());
+  ScopedEnv cache("DNNFUSION_CACHE_DIR", t.path().string());
   ScopedEnv cxx("DNNFUSION_CXX", nullptr);
   const std::string src = fresh_source(kExportsF);
   const std::string path = codegen::jit_compile(src).path;
 
   // A symbolic link at the cached name (to a perfectly good object) is not followed.
-  const fs::path real = t.path / "elsewhere.so";
+  const fs::path real = t.path() / "elsewhere.so";
   ASSERT_EQ(std::rename(path.c_str(), real.c_str()), 0);
   ASSERT_EQ(::symlink(real.c_str(), path.c_str()), 0);
   ::testing::internal::CaptureStderr();
@@ -507,7 +475,7 @@ TEST(JitCompiler, CachedFileThatIsASymlinkOrWritableByOthersIsNotLoaded) {
     err = ::testing::internal::GetCapturedStderr();
     cleanup.add(m);
     EXPECT_NE(m.path, path);
-    EXPECT_FALSE(starts_with(m.path, t.path.string())) << m.path;
+    EXPECT_FALSE(starts_with(m.path, t.path().string())) << m.path;
     EXPECT_EQ(call_int(m, "f"), 1);
     EXPECT_TRUE(fs::exists(path));
     EXPECT_NE(err.find("cached kernel module " + path + " is owned by uid 65534; not loading it, compiling into the private directory"),
@@ -534,7 +502,7 @@ TEST(KeyedFileStoreLimits, DevZeroFifosAndHugeFilesAreNotRead) {
   EXPECT_EQ(err.find(dz), err.rfind(dz)) << "reported once per path: " << err;
 
   // A FIFO without a writer: opening it must not wait; save() does not replace it.
-  const fs::path fifo = t.path / "fifo.db";
+  const fs::path fifo = t.path() / "fifo.db";
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
   t0 = Clock::now();
   ::testing::internal::CaptureStderr();
@@ -550,7 +518,7 @@ TEST(KeyedFileStoreLimits, DevZeroFifosAndHugeFilesAreNotRead) {
   EXPECT_TRUE(fs::is_fifo(fifo));
 
   // A sparse file past the 64 MiB limit: not read, then rebuilt by save() like a corrupt one.
-  const fs::path huge = t.path / "huge.db";
+  const fs::path huge = t.path() / "huge.db";
   {
     std::ofstream f(huge);
   }

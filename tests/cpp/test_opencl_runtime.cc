@@ -34,6 +34,8 @@
 #include "common/error.h"
 #include "common/subprocess.h"
 #include "target/fpga/opencl/opencl_runtime.h"
+#include "test_env_util.h"
+#include "opencl_test_util.h"
 
 #if __has_include(<CL/cl.h>)
 #define CL_TARGET_OPENCL_VERSION 300
@@ -49,6 +51,8 @@ namespace ocl = dnnfusion::fpga::opencl;
 using dnnfusion::Error;
 using dnnfusion::InvalidInput;
 using dnnfusion::TargetUnavailable;
+using dnnfusion::test_util::error_of;
+using dnnfusion::test_util::ScopedEnv;
 
 namespace {
 
@@ -78,74 +82,10 @@ constexpr const char* kPocl = "Portable Computing Language";
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// Sets (value) or unsets (nullptr) an environment variable for the scope, then restores it.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      had_ = true;
-      old_ = old;
-    }
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
-    else ::unsetenv(name_.c_str());
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
+// This file's temporary directories: $TMPDIR/dnnf_opencl_test_XXXXXX.
+struct TempDir : dnnfusion::test_util::TempDir {
+  TempDir() : dnnfusion::test_util::TempDir("dnnf_opencl_test_") {}
 };
-
-// A temporary directory for one test, removed with its contents at the end.
-class TestDir {
- public:
-  TestDir() {
-    std::string tmpl = (fs::temp_directory_path() / "dnnf_opencl_test_XXXXXX").string();
-    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path_ = tmpl;
-  }
-  ~TestDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected another error type, got: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception thrown";
-  return "";
-}
-
-bool skip_allowed() {
-  const char* v = std::getenv("DNNFUSION_SKIP_OPENCL_TESTS");
-  return v && std::string(v) == "1";
-}
-
-#define REQUIRE_OPENCL()                                                                                    \
-  do {                                                                                                      \
-    if (const std::string why = ocl::opencl_unavailable_reason(); !why.empty()) {                           \
-      if (skip_allowed()) GTEST_SKIP() << why;                                                              \
-      FAIL() << "OpenCL is not usable: " << why                                                             \
-             << " (CI installs PoCL with scripts/setup.sh; DNNFUSION_SKIP_OPENCL_TESTS=1 skips these tests)"; \
-    }                                                                                                       \
-  } while (0)
 
 uint32_t test_seed() {
   if (const char* s = std::getenv("DNNFUSION_TEST_SEED")) return static_cast<uint32_t>(std::stoul(s));
@@ -311,14 +251,14 @@ TEST(OpenClRuntime, AMissingLoaderIsTargetUnavailableWithTheReason) {
 
 TEST(OpenClRuntime, SetsAPrivatePoclCacheDirWhenUnset) {
   REQUIRE_OPENCL();
-  TestDir dir;
-  const std::string out = probe({"DNNFUSION_CACHE_DIR=" + dir.path()}, {"POCL_CACHE_DIR"});
-  EXPECT_EQ(field(out, "POCL_CACHE_DIR"), dir.path() + "/pocl") << out;
+  TempDir dir;
+  const std::string out = probe({"DNNFUSION_CACHE_DIR=" + dir.path().string()}, {"POCL_CACHE_DIR"});
+  EXPECT_EQ(field(out, "POCL_CACHE_DIR"), dir.file("pocl")) << out;
   EXPECT_EQ(field(out, "REASON"), "") << out;
-  EXPECT_TRUE(fs::is_directory(dir.path() + "/pocl")) << out;
+  EXPECT_TRUE(fs::is_directory(dir.file("pocl"))) << out;
   // The caller's own setting is kept.
-  const std::string mine = probe({"POCL_CACHE_DIR=" + dir.path() + "/mine"}, {});
-  EXPECT_EQ(field(mine, "POCL_CACHE_DIR"), dir.path() + "/mine") << mine;
+  const std::string mine = probe({"POCL_CACHE_DIR=" + dir.file("mine")}, {});
+  EXPECT_EQ(field(mine, "POCL_CACHE_DIR"), dir.file("mine")) << mine;
 }
 
 TEST(OpenClRuntime, PoclWithoutAWritableCacheSaysSo) {
@@ -466,8 +406,8 @@ TEST(OpenClRuntime, RunsAProgramLoadedFromItsBinary) {
   const ocl::Program built = ocl::Program::from_source(ctx, kAddSource, "-D BIAS=-5");
   const std::vector<unsigned char> bin = built.binary();
   ASSERT_FALSE(bin.empty());
-  TestDir dir;
-  const std::string path = dir.path() + "/add.bin";
+  TempDir dir;
+  const std::string path = dir.file("add.bin");
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bin.data()), static_cast<std::streamsize>(bin.size()));
   std::mt19937 rng(7);
   const std::vector<int8_t> a = random_int8(rng, 300), b = random_int8(rng, 300);
@@ -534,9 +474,9 @@ TEST(OpenClRuntime, ABadBinaryIsRefusedNamingTheCall) {
   EXPECT_TRUE(contains(cut_x, "an xclbin of 400 bytes whose header declares 65936")) << cut_x;
   const std::string missing = error_of<InvalidInput>([&] { ocl::Program::from_binary_file(ctx, "/nonexistent/x.aocx"); });
   EXPECT_TRUE(contains(missing, "/nonexistent/x.aocx")) << missing;
-  TestDir dir;
-  std::ofstream(dir.path() + "/empty.xclbin").close();
-  EXPECT_THROW(ocl::Program::from_binary_file(ctx, dir.path() + "/empty.xclbin"), InvalidInput);
+  TempDir dir;
+  std::ofstream(dir.file("empty.xclbin")).close();
+  EXPECT_THROW(ocl::Program::from_binary_file(ctx, dir.file("empty.xclbin")), InvalidInput);
 }
 
 TEST(OpenClRuntime, BufferSizesAreChecked) {

@@ -13,25 +13,17 @@
 
 #include "fusion/profile_db.h"
 #include "kernels/cpu/cpu_features.h"
+#include "test_env_util.h"
 
 using dnnfusion::fusion::ProfileDb;
+using dnnfusion::test_util::ScopedEnv;
 namespace fs = std::filesystem;
 
 namespace {
 
-// A fresh directory under /tmp, removed with the object.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/dnnfusion_profile_db_XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path = p ? p : "/tmp";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// This file's temporary directories: /tmp/dnnfusion_profile_db_XXXXXX.
+struct TempDir : dnnfusion::test_util::TempDir {
+  TempDir() : dnnfusion::test_util::TempDir("/tmp/dnnfusion_profile_db_") {}
 };
 
 std::string slurp(const fs::path& p) {
@@ -62,7 +54,7 @@ std::pair<size_t, std::string> load_quietly(const fs::path& path) {
 
 TEST(ProfileDb, RoundTripsBetweenInstances) {
   TempDir dir;
-  const fs::path path = dir.path / "db.txt";
+  const fs::path path = dir.path() / "db.txt";
   {
     ProfileDb db(path.string());
     EXPECT_EQ(db.size(), 0u);
@@ -90,7 +82,7 @@ TEST(ProfileDb, RoundTripsBetweenInstances) {
 
 TEST(ProfileDb, SaveMergesWithWhatOthersSaved) {
   TempDir dir;
-  const std::string path = (dir.path / "db.txt").string();
+  const std::string path = (dir.path() / "db.txt").string();
   ProfileDb a(path), b(path);  // both opened before either saved
   a.store(key(1), {1, 2});
   a.save();
@@ -113,7 +105,7 @@ TEST(ProfileDb, SaveMergesWithWhatOthersSaved) {
 
 TEST(ProfileDb, CorruptFileIsReportedAndRebuilt) {
   TempDir dir;
-  const fs::path path = dir.path / "db.txt";
+  const fs::path path = dir.path() / "db.txt";
   write_file(path, "this is not a profile database\n\x01\x02garbage");
   ::testing::internal::CaptureStderr();
   ProfileDb db(path.string());
@@ -130,7 +122,7 @@ TEST(ProfileDb, CorruptFileIsReportedAndRebuilt) {
 
 TEST(ProfileDb, DamagedEntriesAreDetected) {
   TempDir dir;
-  const fs::path path = dir.path / "db.txt";
+  const fs::path path = dir.path() / "db.txt";
   {
     ProfileDb db(path.string());
     for (int i = 0; i < 5; ++i) db.store(key(i), {1.5 * i, 2.0 * i});
@@ -179,7 +171,7 @@ TEST(ProfileDb, KeysCarryTheMachineSignature) {
 
 TEST(ProfileDb, SaveCreatesMissingDirectories) {
   TempDir dir;
-  const fs::path path = dir.path / "a" / "b" / "c" / "profile_db.txt";
+  const fs::path path = dir.path() / "a" / "b" / "c" / "profile_db.txt";
   ProfileDb db(path.string());
   db.store(key(1), {1, 2});
   db.save();
@@ -195,27 +187,20 @@ TEST(ProfileDb, SaveCreatesMissingDirectories) {
 }
 
 TEST(ProfileDb, DefaultPathFollowsTheEnvironment) {
-  auto saved = [](const char* n) { const char* v = std::getenv(n); return v ? std::optional<std::string>(v) : std::nullopt; };
-  const auto db_env = saved("DNNFUSION_PROFILE_DB"), xdg = saved("XDG_CACHE_HOME"), home = saved("HOME");
-  ::setenv("DNNFUSION_PROFILE_DB", "/tmp/x/custom.txt", 1);
+  // Each scope restores what the one before it left; together they restore the test's environment.
+  ScopedEnv db_env("DNNFUSION_PROFILE_DB", "/tmp/x/custom.txt");
   EXPECT_EQ(ProfileDb::default_path(), "/tmp/x/custom.txt");
-  ::unsetenv("DNNFUSION_PROFILE_DB");
-  ::setenv("XDG_CACHE_HOME", "/tmp/cachehome", 1);
+  ScopedEnv no_db_env("DNNFUSION_PROFILE_DB", nullptr);
+  ScopedEnv xdg("XDG_CACHE_HOME", "/tmp/cachehome");
   EXPECT_EQ(ProfileDb::default_path(), "/tmp/cachehome/dnnfusion/profile_db.txt");
-  ::unsetenv("XDG_CACHE_HOME");
-  ::setenv("HOME", "/tmp/somehome", 1);
+  ScopedEnv no_xdg("XDG_CACHE_HOME", nullptr);
+  ScopedEnv home("HOME", "/tmp/somehome");
   EXPECT_EQ(ProfileDb::default_path(), "/tmp/somehome/.cache/dnnfusion/profile_db.txt");
-  auto restore = [](const char* n, const std::optional<std::string>& v) {
-    if (v) ::setenv(n, v->c_str(), 1); else ::unsetenv(n);
-  };
-  restore("DNNFUSION_PROFILE_DB", db_env);
-  restore("XDG_CACHE_HOME", xdg);
-  restore("HOME", home);
 }
 
 TEST(ProfileDb, ConcurrentThreadsAndObjectsLoseNothing) {
   TempDir dir;
-  const std::string path = (dir.path / "db.txt").string();
+  const std::string path = (dir.path() / "db.txt").string();
   ProfileDb shared(path);
   std::vector<std::thread> threads;
   for (int t = 0; t < 4; ++t) {
@@ -240,7 +225,7 @@ TEST(ProfileDb, ConcurrentThreadsAndObjectsLoseNothing) {
 
 TEST(ProfileDb, ConcurrentProcessesLoseNothing) {
   TempDir dir;
-  const std::string path = (dir.path / "db.txt").string();
+  const std::string path = (dir.path() / "db.txt").string();
   std::vector<pid_t> kids;
   for (int p = 0; p < 4; ++p) {
     const pid_t pid = ::fork();

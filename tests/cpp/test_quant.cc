@@ -5,6 +5,7 @@
 // batch-norm folding and per-layer requantization. Randomized parts print a replayable seed.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -195,6 +196,24 @@ TEST(QuantThreshold, KlIgnoresAFarOutlier) {
   const auto t = q::kl_threshold(h);
   EXPECT_LT(t.threshold, 200.0);
   EXPECT_GE(t.threshold, 40.0);
+}
+
+// A ReLU output: half exact zeros. They leave the KL search (every scale represents 0 exactly);
+// the threshold equals that of the nonzero values alone, far above candidate 255 that the zero
+// spike would otherwise force.
+TEST(QuantThreshold, KlLeavesExactZerosOut) {
+  std::mt19937 g(7);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<float> body(50000), relu(100000, 0.f);
+  for (auto& v : body) v = std::fabs(n(g));
+  std::copy(body.begin(), body.end(), relu.begin() + 50000);
+  const float m = *std::max_element(body.begin(), body.end());
+  q::Histogram with_zeros(2048, m), alone(2048, m);
+  with_zeros.add(relu.data(), static_cast<int64_t>(relu.size()));
+  alone.add(body.data(), static_cast<int64_t>(body.size()));
+  EXPECT_EQ(with_zeros.zeros(), 50000);
+  EXPECT_EQ(q::kl_threshold(with_zeros).threshold, q::kl_threshold(alone).threshold);
+  EXPECT_GT(q::kl_threshold(with_zeros).threshold, 256.0 / 2048.0 * m);
 }
 
 TEST(QuantThreshold, KlConventionIsHalfABinAboveTheKeptBins) {

@@ -37,6 +37,7 @@
 #include "target/cuda/sparse_conv/conv_template.h"
 #include "target/cuda/sparse_conv/nvrtc_compiler.h"
 #include "target/cuda/sparse_conv/ptx_rewrite.h"
+#include "test_env_util.h"
 
 extern char** environ;
 
@@ -49,6 +50,7 @@ using dnnfusion::TargetUnavailable;
 using dnnfusion::UnsupportedOp;
 using dnnfusion::testing::seed_note;
 using dnnfusion::testing::test_seed;
+using dnnfusion::test_util::outcome_of;
 using namespace dnnfusion::cuda;
 
 ConvShape shape_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_t r, int64_t s, int64_t stride,
@@ -61,31 +63,9 @@ ConvShape shape_of(int64_t n, int64_t c, int64_t h, int64_t w, int64_t k, int64_
   return sh;
 }
 
-template <typename E, typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-  }
-  return "NO EXCEPTION";
-}
-
-// A fresh directory under /tmp, removed with the object.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    char tmpl[] = "/tmp/dnnf_sparse_conv_test_XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path = p ? p : "/tmp/dnnf_sparse_conv_test_failed";
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
+// This file's temporary directories: /tmp/dnnf_sparse_conv_test_XXXXXX.
+struct TempDir : dnnfusion::test_util::TempDir {
+  TempDir() : dnnfusion::test_util::TempDir("/tmp/dnnf_sparse_conv_test_") {}
 };
 
 std::string slurp(const fs::path& p) {
@@ -180,9 +160,9 @@ int run(const std::vector<std::string>& argv, const std::string& log, char** env
 // ptxas -arch=sm_80 on the text: success, or its output.
 ::testing::AssertionResult assembles(const std::string& ptx) {
   TempDir dir;
-  const std::string src = (dir.path / "k.ptx").string(), log = (dir.path / "log").string();
+  const std::string src = (dir.path() / "k.ptx").string(), log = (dir.path() / "log").string();
   std::ofstream(src, std::ios::binary) << ptx;
-  const int rc = run({ptxas_path(), "-arch=sm_80", src, "-o", (dir.path / "k.cubin").string()}, log);
+  const int rc = run({ptxas_path(), "-arch=sm_80", src, "-o", (dir.path() / "k.cubin").string()}, log);
   if (rc == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "ptxas exit " << rc << ":\n" << slurp(log).substr(0, 2000);
 }
@@ -288,10 +268,10 @@ TEST(SparseConvSpec, ShapeValidationNamesTheField) {
   with("output is empty", [](ConvShape& s) { s.dil_w = 5; s.pad_w = 0; });
   with("input (n*c*h*w)", [](ConvShape& s) { s.n = 1 << 16; s.c = 1 << 16; s.k = 1; });
   for (const auto& b : bad) {
-    const std::string msg = error_of<InvalidInput>([&] { b.shape.validate(); });
+    const std::string msg = outcome_of<InvalidInput>([&] { b.shape.validate(); });
     EXPECT_NE(msg.find(b.field), std::string::npos) << b.field << ": " << msg;
   }
-  const std::string msg = error_of<InvalidInput>([] { shape_of(1, 3, 8, 8, 4, 3, 3, 0, 1, 1).validate(); });
+  const std::string msg = outcome_of<InvalidInput>([] { shape_of(1, 3, 8, 8, 4, 3, 3, 0, 1, 1).validate(); });
   EXPECT_NE(msg.find("must be >= 1"), std::string::npos) << msg;  // says what is allowed
 }
 
@@ -303,14 +283,14 @@ TEST(SparseConvSpec, TileValidationAndShrinking) {
   EXPECT_LE(tile_shared_bytes(s, t), 24 * 1024);
   ConvTile bad = t;
   bad.bk = 0;
-  EXPECT_NE(error_of<InvalidInput>([&] { validate_tile(s, bad); }).find("bk = 0"), std::string::npos);
+  EXPECT_NE(outcome_of<InvalidInput>([&] { validate_tile(s, bad); }).find("bk = 0"), std::string::npos);
   bad = t;
   bad.threads_h = 64, bad.threads_w = 32;
-  EXPECT_NE(error_of<InvalidInput>([&] { validate_tile(s, bad); }).find("1024"), std::string::npos);
+  EXPECT_NE(outcome_of<InvalidInput>([&] { validate_tile(s, bad); }).find("1024"), std::string::npos);
   bad = t;
   bad.c_chunk = 64;  // 64 channels x 6 x 34 floats > 48 KB
   bad.threads_h = 8;
-  EXPECT_NE(error_of<InvalidInput>([&] { validate_tile(s, bad); }).find("shared memory"), std::string::npos);
+  EXPECT_NE(outcome_of<InvalidInput>([&] { validate_tile(s, bad); }).find("shared memory"), std::string::npos);
   // smaller(): bk, then bw, bh, bn halve; the minimal tile has no smaller one.
   ConvTile big = t;
   big.bk = 4, big.bw = 2, big.bh = 2, big.bn = 2;
@@ -330,7 +310,7 @@ TEST(SparseConvSpec, DefaultTileIsValidForManyShapes) {
     const ConvShape s = shape_of(dnnfusion::testing::rand_int(rng, 1, 70), dnnfusion::testing::rand_int(rng, 1, 600), h,
                                  dnnfusion::testing::rand_int(rng, dil * (r - 1) + 1, 300),
                                  dnnfusion::testing::rand_int(rng, 1, 600), r, r, stride, pad, dil);
-    if (std::string(error_of<InvalidInput>([&] { s.validate(); })) != "NO EXCEPTION") continue;
+    if (std::string(outcome_of<InvalidInput>([&] { s.validate(); })) != "NO EXCEPTION") continue;
     const ConvTile t = default_tile(s);
     EXPECT_NO_THROW(validate_tile(s, t)) << s.key() << " " << t.key() << " " << seed_note();
     const LaunchDims d = launch_dims(s, t);
@@ -406,7 +386,7 @@ TEST(SparseConvTemplate, SourceHasTheAbiAndEpilogue) {
 TEST(SparseConvTemplate, TooLargeTemplateIsRefused) {
   const ConvShape s = shape_of(1, 512, 14, 14, 512, 3, 3, 1, 1, 1);  // 2.4M weights
   const std::string msg =
-      error_of<UnsupportedOp>([&] { make_template(s, default_tile(s), Epilogue{}, ""); });
+      outcome_of<UnsupportedOp>([&] { make_template(s, default_tile(s), Epilogue{}, ""); });
   EXPECT_NE(msg.find("FMAs"), std::string::npos) << msg;
 }
 
@@ -563,12 +543,12 @@ TEST(SparseConvRewrite, BadWeightsAreInvalidInput) {
       "\tfma.rn.f32 \t%f5, %f1, W2, %f4;\n"
       "\tst.global.f32 \t[%rd2+8], %f5;\n");
   std::vector<float> w = {0.5f, std::nanf(""), 0.5f};
-  std::string msg = error_of<InvalidInput>([&] { rewrite_ptx(t, w.data()); });
+  std::string msg = outcome_of<InvalidInput>([&] { rewrite_ptx(t, w.data()); });
   EXPECT_NE(msg.find("weight 1 "), std::string::npos) << msg;
   w = {0.5f, 0.5f, -std::numeric_limits<float>::infinity()};
-  msg = error_of<InvalidInput>([&] { rewrite_ptx(t, w.data()); });
+  msg = outcome_of<InvalidInput>([&] { rewrite_ptx(t, w.data()); });
   EXPECT_NE(msg.find("weight 2 "), std::string::npos) << msg;
-  EXPECT_NE(error_of<InvalidInput>([&] { rewrite_ptx(t, nullptr); }), "NO EXCEPTION");
+  EXPECT_NE(outcome_of<InvalidInput>([&] { rewrite_ptx(t, nullptr); }), "NO EXCEPTION");
   w = {0.5f, 0.5f, 0.5f};
   EXPECT_EQ(rewrite_ptx(t, w.data()).fma_kept, 3);
 }
@@ -599,34 +579,34 @@ TEST(SparseConvRewrite, RefusesPtxItDoesNotUnderstand) {
   const std::string lit = hex_bits(t.weights.bits[5]);
   // A literal missing: its mov/FMA now carries another value.
   auto other_value = [&](std::string line) { return line.replace(line.find(lit), lit.size(), "0f3F800000"); };
-  std::string msg = error_of<Error>([&] { rewrite_ptx(edited(t, lit, other_value), w.data()); });
+  std::string msg = outcome_of<Error>([&] { rewrite_ptx(edited(t, lit, other_value), w.data()); });
   EXPECT_NE(msg.find("weight 5 "), std::string::npos) << msg;
   EXPECT_NE(msg.find("missing"), std::string::npos) << msg;
   // A literal in an instruction the rewriter does not handle.
-  msg = error_of<Error>([&] {
+  msg = outcome_of<Error>([&] {
     rewrite_ptx(edited(t, lit, [](const std::string& line) { return with_opcode(line, "mul.f32"); }), w.data());
   });
   EXPECT_NE(msg.find("refusing"), std::string::npos) << msg;
   // A literal as an FMA addend.
   auto addend_literal = [&](const std::string& line) { return line.substr(0, line.rfind(',') + 2) + lit + ";"; };
-  msg = error_of<Error>([&] { rewrite_ptx(edited(t, "fma.rn.f32", addend_literal), w.data()); });
+  msg = outcome_of<Error>([&] { rewrite_ptx(edited(t, "fma.rn.f32", addend_literal), w.data()); });
   EXPECT_NE(msg.find("refusing"), std::string::npos) << msg;
   // A weight's FMA (in the mov form or not) that is no FMA any more.
   const std::vector<float> ones(w.size(), 1.0f);
-  msg = error_of<Error>([&] {
+  msg = outcome_of<Error>([&] {
     rewrite_ptx(edited(t, "fma.rn.f32", [](const std::string& line) { return with_opcode(line, "sub.f32"); }),
                 ones.data());
   });
   EXPECT_NE(msg.find("refusing"), std::string::npos) << msg;
   // A literal outside any instruction.
-  msg = error_of<Error>([&] {
+  msg = outcome_of<Error>([&] {
     rewrite_ptx(edited(t, ".version", [&](const std::string& line) { return "// " + lit + "\n" + line; }), w.data());
   });
   EXPECT_NE(msg.find("outside an instruction"), std::string::npos) << msg;
   // Not a template kernel at all.
   TemplateKernel empty = t;
   empty.ptx.clear();
-  EXPECT_NE(error_of<Error>([&] { rewrite_ptx(empty, w.data()); }), "NO EXCEPTION");
+  EXPECT_NE(outcome_of<Error>([&] { rewrite_ptx(empty, w.data()); }), "NO EXCEPTION");
 }
 
 TEST(SparseConvRewrite, AliasesResolveThroughChains) {
@@ -720,7 +700,7 @@ TEST(SparseConvRewrite, ZeroWeightRegisterReadElsewhereIsRefused) {
       "\tadd.f32 \t%f8, %f4, %f7;\n"
       "\tst.global.f32 \t[%rd2+8], %f8;\n");
   const std::vector<float> w = {0.0f, 1.0f, 1.0f};
-  EXPECT_NE(error_of<Error>([&] { rewrite_ptx(t, w.data()); }).find("zero weight's register"), std::string::npos);
+  EXPECT_NE(outcome_of<Error>([&] { rewrite_ptx(t, w.data()); }).find("zero weight's register"), std::string::npos);
   const std::vector<float> nz = {1.0f, 1.0f, 1.0f};  // a non-zero weight register is an ordinary value
   EXPECT_EQ(rewrite_ptx(t, nz.data()).fma_kept, 3);
 }
@@ -731,7 +711,7 @@ TEST(SparseConvRewrite, ZeroWeightRegisterReadElsewhereIsRefused) {
 TEST(SparseConvTemplate, CacheHitAndCorruptFileRegenerated) {
   REQUIRE_NVRTC();
   TempDir dir;
-  const std::string cache = (dir.path / "nested" / "cache").string();  // created on demand
+  const std::string cache = (dir.path() / "nested" / "cache").string();  // created on demand
   const ConvShape s = shape_of(1, 3, 5, 5, 2, 3, 3, 1, 1, 1);
   const ConvTile tile = default_tile(s);
   const Epilogue e = epi_of(true, false, Activation::relu);
@@ -776,10 +756,10 @@ TEST(SparseConvTemplate, CacheHitAndCorruptFileRegenerated) {
 TEST(SparseConvTemplate, UnusableCacheDirectoryIsAnError) {
   REQUIRE_NVRTC();
   TempDir dir;
-  const fs::path file = dir.path / "a_file";
+  const fs::path file = dir.path() / "a_file";
   std::ofstream(file) << "x";
   const ConvShape s = shape_of(1, 1, 3, 3, 1, 1, 1, 1, 0, 1);
-  const std::string msg = error_of<Error>([&] { make_template(s, default_tile(s), Epilogue{}, file.string()); });
+  const std::string msg = outcome_of<Error>([&] { make_template(s, default_tile(s), Epilogue{}, file.string()); });
   EXPECT_NE(msg.find(file.string()), std::string::npos) << msg;
 }
 
@@ -806,21 +786,21 @@ TEST(SparseConvNvrtc, SearchOrder) {
 
 TEST(SparseConvNvrtc, ProbeOfMissingLibrariesIsTargetUnavailable) {
   TempDir dir;
-  const std::string not_a_library = (dir.path / "libnvrtc.so.13").string();
+  const std::string not_a_library = (dir.path() / "libnvrtc.so.13").string();
   std::ofstream(not_a_library) << "not an ELF file";
   const std::string msg =
-      error_of<TargetUnavailable>([&] { probe_nvrtc({"/nonexistent/libnvrtc.so.13", not_a_library}); });
+      outcome_of<TargetUnavailable>([&] { probe_nvrtc({"/nonexistent/libnvrtc.so.13", not_a_library}); });
   EXPECT_NE(msg.find("/nonexistent/libnvrtc.so.13"), std::string::npos) << msg;
   EXPECT_NE(msg.find(not_a_library), std::string::npos) << msg;
   EXPECT_NE(msg.find("DNNFUSION_NVRTC"), std::string::npos) << msg;  // says how to fix it
   // A library without the NVRTC symbols is not NVRTC.
-  const std::string msg2 = error_of<TargetUnavailable>([] { probe_nvrtc({"libc.so.6"}); });
+  const std::string msg2 = outcome_of<TargetUnavailable>([] { probe_nvrtc({"libc.so.6"}); });
   EXPECT_NE(msg2.find("lacks nvrtc"), std::string::npos) << msg2;
 }
 
 TEST(SparseConvNvrtc, CompileErrorCarriesTheLog) {
   REQUIRE_NVRTC();
-  const std::string msg = error_of<Error>(
+  const std::string msg = outcome_of<Error>(
       [] { compile_cuda_to_ptx("__global__ void f() { undeclared_thing(); }", "broken.cu", {"-std=c++17"}); });
   EXPECT_NE(msg.find("broken.cu"), std::string::npos) << msg;
   EXPECT_NE(msg.find("undeclared_thing"), std::string::npos) << msg;
@@ -856,7 +836,7 @@ TEST(SparseConvNvrtcChild, DISABLED_MakeTemplateWithoutNvrtc) {
     }
   }
   const ConvShape s = shape_of(1, 1, 3, 3, 1, 1, 1, 1, 0, 1);
-  const std::string msg = error_of<TargetUnavailable>([&] { make_template(s, default_tile(s), Epilogue{}, ""); });
+  const std::string msg = outcome_of<TargetUnavailable>([&] { make_template(s, default_tile(s), Epilogue{}, ""); });
   EXPECT_NE(msg.find("/nonexistent/libnvrtc.so.13"), std::string::npos) << msg;
   EXPECT_NE(msg.find("libnvrtc.so.12"), std::string::npos) << msg;
   std::printf("CHILD-CHECKED\n");
@@ -872,7 +852,7 @@ TEST(SparseConvNvrtc, MissingNvrtcIsTargetUnavailable) {
   for (auto& s : env_text) envp.push_back(s.data());
   envp.push_back(nullptr);
   TempDir dir;
-  const std::string log = (dir.path / "child.log").string();
+  const std::string log = (dir.path() / "child.log").string();
   const int rc = run({"/proc/self/exe", "--gtest_also_run_disabled_tests",
                       "--gtest_filter=SparseConvNvrtcChild.DISABLED_MakeTemplateWithoutNvrtc"},
                      log, envp.data());

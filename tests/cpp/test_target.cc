@@ -12,11 +12,13 @@
 #include "pass_logger.h"
 #include "pipeline.h"
 #include "target/target.h"
+#include "test_env_util.h"
 
 namespace dnnfusion {
 namespace {
 
 using ecg::Graph;
+using test_util::error_of;
 
 // A target defined by the test alone: no kernels, optionally missing its hardware.
 class FakeTarget final : public target::Target {
@@ -39,17 +41,6 @@ class FakeTarget final : public target::Target {
   std::string name_, missing_;
 };
 
-template <typename E>
-std::string message_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
-
 TEST(TargetRegistry, BuiltInTargetsCpuFirstThenReference) {
   const auto names = target::registry().names();
   ASSERT_GE(names.size(), 2u);
@@ -63,7 +54,7 @@ TEST(TargetRegistry, BuiltInTargetsCpuFirstThenReference) {
 }
 
 TEST(TargetRegistry, UnknownTargetListsTheRegisteredOnes) {
-  const std::string msg = message_of<UnknownTarget>([] { target::registry().get("tpu"); });
+  const std::string msg = error_of<UnknownTarget>([] { target::registry().get("tpu"); });
   EXPECT_NE(msg.find("'tpu'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("cpu"), std::string::npos) << msg;
   EXPECT_NE(msg.find("reference"), std::string::npos) << msg;
@@ -72,7 +63,7 @@ TEST(TargetRegistry, UnknownTargetListsTheRegisteredOnes) {
 TEST(TargetRegistry, DuplicateRegistrationIsAnError) {
   target::Registry r;
   r.add(std::make_unique<FakeTarget>("fake", ""));
-  const std::string msg = message_of<Error>([&] { r.add(std::make_unique<FakeTarget>("fake", "")); });
+  const std::string msg = error_of<Error>([&] { r.add(std::make_unique<FakeTarget>("fake", "")); });
   EXPECT_NE(msg.find("'fake' registered twice"), std::string::npos) << msg;
   EXPECT_EQ(r.names(), std::vector<std::string>{"fake"});
 }
@@ -82,7 +73,7 @@ TEST(TargetRegistry, UnavailableTargetNamesWhatIsMissing) {
   r.add(std::make_unique<FakeTarget>("here", ""));
   r.add(std::make_unique<FakeTarget>("gpu-like", "no CUDA driver (libcuda.so.1 not found)"));
   EXPECT_EQ(r.require_available("here").name(), "here");
-  const std::string msg = message_of<TargetUnavailable>([&] { r.require_available("gpu-like"); });
+  const std::string msg = error_of<TargetUnavailable>([&] { r.require_available("gpu-like"); });
   EXPECT_NE(msg.find("gpu-like"), std::string::npos) << msg;
   EXPECT_NE(msg.find("libcuda.so.1 not found"), std::string::npos) << msg;
   EXPECT_EQ(r.get("gpu-like").name(), "gpu-like");  // registered, just not runnable here

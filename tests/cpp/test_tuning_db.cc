@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_features.h"
 #include "target/cpu/layout/tuning_db.h"
+#include "test_env_util.h"
 
 using dnnfusion::kernels::Conv2dShape;
 using dnnfusion::layout::TuningDb;
@@ -17,18 +18,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A database path two levels inside a fresh directory /tmp/dnnfusion_tuning_db_XXXXXX (the
+// subdirectory is not created), removed with the object.
 struct TempFile {
-  fs::path path;
-  TempFile() {
-    char tmpl[] = "/tmp/dnnfusion_tuning_db_XXXXXX";
-    const char* p = ::mkdtemp(tmpl);
-    EXPECT_NE(p, nullptr);
-    path = fs::path(p ? p : "/tmp") / "sub" / "tuning_db.txt";
-  }
-  ~TempFile() {
-    std::error_code ec;
-    fs::remove_all(path.parent_path().parent_path(), ec);
-  }
+  dnnfusion::test_util::TempDir dir{"/tmp/dnnfusion_tuning_db_"};
+  fs::path path = dir.path() / "sub" / "tuning_db.txt";
 };
 
 Conv2dShape conv3x3(int64_t C, int64_t K, int64_t HW) { return Conv2dShape{1, C, HW, HW, K, 3, 3, 1, 1, 1, 1, 1, 1, 1}; }

@@ -303,3 +303,23 @@ def test_wrong_dtypes_and_arguments():
     with pytest.raises(ValueError, match="3 multipliers"):
         Q.requantize(torch.ones(2, 3, dtype=torch.int32), torch.ones(2, dtype=torch.int32),
                      torch.zeros(2, dtype=torch.int32))
+
+
+def test_kl_leaves_exact_zeros_out():
+    # A ReLU output: half exact zeros, half |N(0, 1)|. The zeros are representable at every scale,
+    # so the KL threshold is that of the nonzero half alone (with them, TensorRT's search picks
+    # candidate 255, an eighth of the range, because every later candidate merges the zero spike
+    # with bin 1).
+    rng = np.random.default_rng(SEED)
+    body = np.abs(rng.standard_normal(100000)).astype(np.float32)
+    relu = np.concatenate([np.zeros(100000, np.float32), body])
+    h, h_body = Q.Histogram(2048, float(body.max())), Q.Histogram(2048, float(body.max()))
+    h.add(relu)
+    h_body.add(body)
+    assert h.zeros == 100000 and h_body.zeros == 0
+    assert Q.threshold(h, "kl") == Q.threshold(h_body, "kl")
+    t = Q.threshold(h, "kl")[0]
+    assert t > 2.5, f"KL clipped a half-normal ReLU output at {t}"
+    # Without the fix, the zero spike would rule: the same counts without knowing which are zeros.
+    spiky = Q.Histogram.from_counts(h.counts().tolist(), h.range, h.max_abs)
+    assert Q.threshold(spiky, "kl")[0] < t
