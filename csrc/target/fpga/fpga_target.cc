@@ -1,9 +1,8 @@
 // The fpga target: an int8 CNN accelerator driven over OpenCL (csrc/target/fpga/README.md). Its
 // compile is not the core's per-node pipeline: it needs calibration data, quantizes whole runs of
 // supported layers and encodes them as the accelerator's instruction stream, and hands the rest to
-// the cpu target — so the Python glue does it (dnnfusion/fpga; dnnfusion/targets/fpga.py takes the whole Dynamo graph for
-// torch.compile), through
-// the driver and the bit-exact model bound as _C.fpga. This registration gives the target its name
+// the cpu target — so the Python glue does it (dnnfusion/fpga; dnnfusion/targets/fpga.py takes the
+// whole Dynamo graph for torch.compile), through the driver and the bit-exact model bound as _C.fpga. This registration gives the target its name
 // in options and listings and says whether this machine can run it: an OpenCL platform with a
 // device (PoCL in development and CI, a vendor FPGA platform in production). The kernel table is
 // empty: the accelerator runs instruction streams, not ECG nodes.
