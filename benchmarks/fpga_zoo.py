@@ -8,9 +8,11 @@ relative L2 error of ``fm.simulate(x)`` against fp32 eager and their top-1 agree
 OpenCL run ``fm(x)`` equals ``fm.simulate(x)`` bit for bit, the cost model's estimated accelerator
 cycles per image (ISA.md: 200 MHz, 12.8 GB/s DDR), and the wall time per image of the OpenCL
 datapath on this machine's platform (PoCL's CPU device here: a functional stand-in for the card,
-so that time says nothing about the accelerator's speed).
+so that time says nothing about the accelerator's speed). With ``--prune R`` each model is also
+pruned by R (``dnnfusion.prune(..., multiple_of=8)``: no channel padding on the device) and the
+estimated cycles of the two are compared (AukC reports 1.6x on its accelerator after pruning).
 
-    python benchmarks/fpga_zoo.py [--models resnet18 mobilenet_v2] [--size 224] [--calibration percentile]
+    python benchmarks/fpga_zoo.py [--models resnet18 mobilenet_v2] [--size 224] [--calibration percentile] [--prune 0.5]
 """
 import argparse
 import datetime
@@ -27,10 +29,14 @@ import dnnfusion
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run(name, size, n_calib, n_eval, calibration, opencl):
+def run(name, size, n_calib, n_eval, calibration, opencl, prune):
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)(weights=None).eval()
     calib = torch.randn(n_calib, 3, size, size)
+    pruned_cycles = None
+    if prune:
+        small = dnnfusion.prune(model, prune, calib[:8], multiple_of=8)
+        pruned_cycles = dnnfusion.fpga.compile(small, calib, calibration=calibration).report.total_cycles
     x = torch.randn(n_eval, 3, size, size)
     t0 = time.time()
     fm = dnnfusion.fpga.compile(model, calib, calibration=calibration)
@@ -49,6 +55,8 @@ def run(name, size, n_calib, n_eval, calibration, opencl):
                rel_err=((ys - ref).norm() / ref.norm()).item(),
                top1_agreement=(ys.argmax(1) == ref.argmax(1)).float().mean().item(),
                cycles=fm.report.total_cycles, simulate_s_per_image=simulate_s)
+    if pruned_cycles is not None:
+        row.update(prune=prune, pruned_cycles=pruned_cycles, pruned_speedup=fm.report.total_cycles / pruned_cycles)
     if opencl:
         fm(x[:1])  # builds the datapath program once
         t0 = time.time()
@@ -65,12 +73,13 @@ def main():
     ap.add_argument("--calib", type=int, default=16)
     ap.add_argument("--eval", type=int, default=8)
     ap.add_argument("--calibration", default="percentile")
+    ap.add_argument("--prune", type=float, default=0.0)
     ap.add_argument("--json", default=os.path.join(HERE, "results", "fpga_zoo.json"))
     args = ap.parse_args()
     torch.set_num_threads(2)
     opencl = dnnfusion._C.fpga.opencl_unavailable_reason() == ""
     platforms = [p["name"] for p in dnnfusion.fpga.platforms()]
-    rows = [run(m, args.size, args.calib, args.eval, args.calibration, opencl) for m in args.models]
+    rows = [run(m, args.size, args.calib, args.eval, args.calibration, opencl, args.prune) for m in args.models]
     print(f"fpga target, {args.size}x{args.size}, calibration {args.calibration}, {args.calib} calibration / "
           f"{args.eval} test images (random), OpenCL platforms: {platforms or 'none'}")
     print(f"{'model':<14} {'fpga ops':>8} {'cpu ops':>7} {'subgr':>5} {'rel err':>8} {'top-1':>6} "
@@ -80,6 +89,9 @@ def main():
               f"{r['rel_err']:>8.4f} {r['top1_agreement']:>6.2f} {str(r.get('opencl_equals_simulate', '-')):>11} "
               f"{r['cycles']:>12} {r['simulate_s_per_image']:>9.2f} {r.get('opencl_s_per_image', float('nan')):>12.2f}")
         print(f"{'':<14} on the CPU: {', '.join(r['cpu_ops'])}")
+        if "pruned_cycles" in r:
+            print(f"{'':<14} pruned {r['prune']:.0%} (multiple_of=8): est. cycles {r['pruned_cycles']} "
+                  f"({r['pruned_speedup']:.2f}x fewer)")
     result = dict(date=datetime.datetime.now().isoformat(timespec="seconds"), machine=platform.node(),
                   cpu=platform.processor() or platform.machine(), torch=torch.__version__, platforms=platforms,
                   rows=rows)
