@@ -10,6 +10,10 @@ Compile a trained CNN with a few hundred calibration images::
     fm.program                  # the instruction stream (torch.uint32), fm.programs: every subgraph's
     dnnfusion.fpga.disassemble(fm.program)   # one dict per layer: fields, words, text
 
+The same through ``torch.compile``: ``torch.compile(model, backend="dnnfusion", options={"target":
+"fpga", "calib_data": calib_images})`` (options ``calibration``, ``per_channel``, ``fpga_platform``,
+``fpga_binary``; see dnnfusion/targets/fpga.py), and ``dnnfusion.explain`` prints the report.
+
 What happens in ``compile``:
 
 1. The eval-mode model is traced with ``torch.fx.symbolic_trace`` and every batch norm that directly
