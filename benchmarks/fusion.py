@@ -54,7 +54,7 @@ def inductor_kernels(model, inputs):
 
 def compile_mode(model, inputs, mode, threads, ref, hook_epilogues=False):
     """hook_epilogues: GEMM epilogues as the library kernel's per-tile callback instead of inlined
-    into the generated GEMM template (the ablation of issue 3's template instantiation)."""
+    into the generated GEMM template (the ablation of the template instantiation)."""
     compiled = torch.compile(model, backend="dnnfusion", options={"fusion": mode, "threads": threads}, dynamic=False)
     if hook_epilogues:
         os.environ["DNNFUSION_NO_GEMM_TEMPLATE"] = "1"

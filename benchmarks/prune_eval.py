@@ -1,4 +1,4 @@
-"""Pruning quality and speed (issue 5): AukC's combined score against established criteria.
+"""Pruning quality and speed: AukC's combined score against established criteria.
 
 Quality: scikit-learn's digits (8x8 images, 1797 samples, shipped with the package). Per seed: train
 a small ResNet-style CNN to convergence, prune 50% of the channels of every prunable group with each

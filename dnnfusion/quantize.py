@@ -1,6 +1,6 @@
 """dnnfusion.quantize: int8 post-training static quantization for the FPGA accelerator target.
 
-Conventions (DESIGN.md section 10; the integer rules live in the C++ core, csrc/quant, so the
+Conventions (the integer rules live in the C++ core, csrc/quant, so the
 quantizer, the accelerator model and these functions agree bit for bit):
 
 * Activations: per-tensor symmetric int8, zero point 0. ``scale`` is in real units per int8 step:

@@ -1,7 +1,7 @@
 // Fusion plans: a partition of the ECG's nodes into blocks, each of which the code generator turns
 // into one kernel. Three planners make the fusion gain measurable on the same kernels:
 //   none       one node per block (DNNFusion's OurB),
-//   tvm        TVM's dominator-tree fusion (the OurB+ baseline, DESIGN.md §5),
+//   tvm        TVM's dominator-tree fusion (the OurB+ baseline),
 //   dnnfusion  Listing 1 of DNNFusion: seeds, Table 3 of mapping types, profile-guided yellow cells.
 // The planners only read the graph; what the code generator can express and what a yellow cell
 // costs come in through PlanHooks, so csrc/fusion includes neither codegen nor runtime.
@@ -24,7 +24,7 @@ enum class Mode { None, Tvm, DnnFusion };
 Mode parse_mode(const std::string& name);
 const char* mode_name(Mode m);
 
-// DNNFusion Table 3 (DESIGN.md §3): first op = row, second op = column.
+// DNNFusion Table 3: first op = row, second op = column.
 enum class Cell { Green, Yellow, Red };
 struct FuseRule {
   Cell cell;

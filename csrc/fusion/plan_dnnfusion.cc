@@ -1,4 +1,4 @@
-// DNNFusion's fusion-plan exploration (PLDI'21 §4.3, Listing 1; DESIGN.md §5).
+// DNNFusion's fusion-plan exploration (PLDI'21 §4.3, Listing 1).
 // Precondition: a well-formed ECG (csrc/ecg/README.md). Postcondition: a Plan meeting fusion_plan.h's
 // contract, where additionally every block respects hooks.max_block_ops / max_block_inputs (a
 // singleton may exceed the input budget: it has to run somewhere) and was grown only through

@@ -1,5 +1,5 @@
 // TVM's dominator-tree operator fusion (Relay's FuseOps), re-implemented on the ECG as the OurB+
-// baseline of DNNFusion's evaluation (DESIGN.md §5).
+// baseline of DNNFusion's evaluation.
 // Precondition: a well-formed ECG. Postcondition: a Plan meeting fusion_plan.h's contract whose
 // groups are the ones TVM's algorithm forms, except where our extra constraints refuse a merge
 // (recorded in plan.log): at most hooks.tvm_max_group ops per group, never two Many-to-Many nodes in

@@ -1,4 +1,4 @@
-// DNNFusion's profile database (DESIGN.md §5): measured times of yellow Table-3 cells, fused vs.
+// DNNFusion's profile database: measured times of yellow Table-3 cells, fused vs.
 // separate, keyed by machine signature, op-type pair and shapes, persisted on disk so that only the
 // first compile on a machine measures and later ones (or other machines of the same kind, sharing
 // the file) look up. This file stores and retrieves; measuring is the pipeline's business.

@@ -1,4 +1,4 @@
-// Channel scores for structured pruning (AukC §2.2.1, DESIGN.md §8): per-filter orthogonality
+// Channel scores for structured pruning (AukC §2.2.1): per-filter orthogonality
 // (RePr), filter norms, a tie-aware rank transform, the combined score
 //   S_i = ω(λ·rank(−O_i) + (1−λ)·rank(‖K_i‖₂)) + (1−ω)·rank(‖A_i‖₁)
 // and the selection of the channels to keep (count rounded to a multiple, deterministic ties).

@@ -1,4 +1,4 @@
-// Activation calibration for per-tensor symmetric int8 (AukC §2.2.3, DESIGN.md §10): a histogram
+// Activation calibration for per-tensor symmetric int8 (AukC §2.2.3): a histogram
 // of |x| collected over any number of calibration batches, and the clipping threshold T chosen
 // from it by KL divergence (TensorRT's entropy calibration), by the maximum, or by a percentile.
 // The activation scale is then T / 127: real value = scale * int8 value, zero point 0.

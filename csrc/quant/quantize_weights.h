@@ -1,4 +1,4 @@
-// Symmetric int8 weights for the accelerator (AukC §2.2.3/§2.2.6, DESIGN.md §10): per output channel
+// Symmetric int8 weights for the accelerator (AukC §2.2.3/§2.2.6): per output channel
 // (default) or per tensor, int32 biases in the accumulator's units, batch-norm folding in float
 // before quantization, and the per-output-channel requantization parameters of a layer.
 //

@@ -1,4 +1,4 @@
-// Persistent worker pool (DESIGN.md §7, NeoCPU §3.2). The calling thread takes part; each thread
+// Persistent worker pool (NeoCPU §3.2). The calling thread takes part; each thread
 // owns a fixed contiguous part of the outermost parallel loop (thread t: [t*n/T, (t+1)*n/T)),
 // works through it in chunks and then takes chunks from the back of parts not yet done. Workers
 // spin briefly after a job (back-to-back kernels find them awake) and then sleep on a condition

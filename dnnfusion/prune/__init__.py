@@ -1,4 +1,4 @@
-"""Structured channel pruning with AukC's combined score (DESIGN.md §8) and unstructured magnitude
+"""Structured channel pruning with AukC's combined score and unstructured magnitude
 pruning: ``dnnfusion.prune(model, ratio, example_inputs, ...)``.
 
 Layout: dependency.py (channel classes from an ATen trace), criteria.py (scores, fed to the C++

@@ -1,4 +1,4 @@
-// NCHW[x]c direct convolution (NeoCPU, DESIGN.md §7): float 2-D convolution with PyTorch conv2d
+// NCHW[x]c direct convolution (NeoCPU): float 2-D convolution with PyTorch conv2d
 // semantics (stride, zero padding, dilation, optional bias) on channel-blocked activations, with
 // bias, residual add and activation applied to the accumulators in registers before one store.
 //

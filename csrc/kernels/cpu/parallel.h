@@ -1,6 +1,6 @@
 // The only thing kernels know about threading: something that splits a range over workers.
 // The runtime's thread pool implements it; tests may use SerialParallel. Kernels stay free of
-// the ECG and of the runtime (DESIGN.md §7).
+// the ECG and of the runtime.
 #pragma once
 #include <cstdint>
 #include <functional>

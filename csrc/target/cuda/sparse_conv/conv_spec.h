@@ -1,4 +1,4 @@
-// The vocabulary of the sparse PTX convolution (DESIGN.md §9): a convolution's shape, the fused
+// The vocabulary of the sparse PTX convolution: a convolution's shape, the fused
 // epilogue, the thread/block tiling of the generated kernel and the launch dimensions.
 //
 // Precondition: none (plain values). Postcondition: a ConvShape that passed validate() and a

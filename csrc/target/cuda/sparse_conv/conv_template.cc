@@ -106,7 +106,7 @@ __attribute__((format(printf, 2, 3))) void put(std::string& out, const char* fmt
 }
 
 void emit_header(std::string& o, const ConvTile& t, const Epilogue& e, const Geometry& g) {
-  o += "// dnnfusion sparse convolution template (DESIGN.md section 9). Generated; do not edit.\n";
+  o += "// dnnfusion sparse convolution template. Generated; do not edit.\n";
   put(o, "// x (%lld,%lld,%lld,%lld) * w (%lld,%lld,%lld,%lld) -> y (%lld,%lld,%lld,%lld)\n", g.n,
       g.c, g.h, g.w, g.k, g.c, g.r,
       g.s, g.n, g.k, g.oh, g.ow);

@@ -1,4 +1,4 @@
-// The dense direct-convolution template of the sparse PTX method (DESIGN.md §9, the ICT paper
+// The dense direct-convolution template of the sparse PTX method (the ICT paper
 // §2.1): CUDA C in which every weight is a distinct template literal inside its own FMA, compiled
 // once per (shape, tile, epilogue) to PTX, so each f32 immediate of the PTX names one weight
 // (k, c, r, s). ptx_rewrite.h then turns that PTX into the kernel of a real weight set.

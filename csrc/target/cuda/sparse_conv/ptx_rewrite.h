@@ -1,4 +1,4 @@
-// The per-weight-set step of the sparse PTX method (DESIGN.md §9, the ICT paper's algorithm 2):
+// The per-weight-set step of the sparse PTX method (the ICT paper's algorithm 2):
 // one pass over a template's PTX that substitutes every template literal by the real weight and
 // deletes the instructions of zero weights, so the kernel executes no instruction for them.
 //

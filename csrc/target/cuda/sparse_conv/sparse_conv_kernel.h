@@ -1,4 +1,4 @@
-// One sparse convolution kernel, end to end (DESIGN.md §9): the shape's dense template PTX
+// One sparse convolution kernel, end to end: the shape's dense template PTX
 // (conv_template, cached on disk), rewritten for the real weights (ptx_rewrite: zero weights cost
 // no instruction), assembled by ptxas for one GPU architecture, with its statistics (PTX and SASS
 // FMA counts, registers, spills, cubin bytes, the time of each step). If ptxas reports register
