@@ -1,7 +1,11 @@
 """fp32 CPU inference latency of dnnfusion against its peers, side by side in one process.
 
 Systems (same thread count everywhere): eager PyTorch, torch.compile default (Inductor), Inductor
-with freezing, ONNX Runtime's CPU execution provider, and dnnfusion in its three fusion modes, plus
+with freezing, ONNX Runtime's CPU execution provider, OpenVINO's runtime (convert_model +
+compile_model, latency hint) with fp32 pinned ("openvino") and at its default precision
+("openvino-default": bf16 where the CPU has AMX / AVX512-BF16; the precision it picked is recorded),
+OpenVINO's torch.compile backend (fp32), Apache TVM's Relax flow ("tvm": untuned default schedules
+unless --tvm-trials N runs meta-schedule), and dnnfusion in its three fusion modes, plus
 any `--variant NAME=JSON` (dnnfusion with extra compile options, for ablations). Every system runs
 the same model object on the same input tensors; after a warm-up the systems are interleaved round
 by round (a fresh seeded order each round, each call after a short idle gap) so machine noise hits
@@ -47,7 +51,8 @@ DEFAULT_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", 
 ALIASES = {"bert-base": "bert"}  # zoo's "bert" is BertConfig() = bert-base
 MODES = ("none", "tvm", "dnnfusion")
 DNNF = tuple(f"dnnf-{m}" for m in MODES)
-PEERS = ("eager", "inductor", "inductor-freezing", "onnxruntime")
+PEERS = ("eager", "inductor", "inductor-freezing", "onnxruntime", "openvino", "openvino-default", "openvino-compile",
+         "tvm")
 BUILTIN = PEERS + DNNF
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -205,6 +210,93 @@ def build_onnxruntime(model, inputs, threads, tmpdir):
                                                    "session_s": session_s}
 
 
+def _peer_versions():
+    out = {}
+    for name, module in (("openvino", "openvino"), ("tvm", "tvm")):
+        try:
+            out[name] = __import__(module).__version__
+        except ImportError:
+            out[name] = "not installed"
+    return out
+
+
+def _openvino_config(threads, precision):
+    """Latency mode on `threads` threads; precision "f32" pins fp32 (the other systems' precision),
+    None leaves OpenVINO's default (bf16 on CPUs with AMX or AVX512-BF16)."""
+    config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
+    if precision:
+        config["INFERENCE_PRECISION_HINT"] = precision
+    return config
+
+
+def build_openvino(precision):
+    """OpenVINO's own runtime: convert_model (the PyTorch frontend) + compile_model on the CPU."""
+    def build(model, inputs, threads):
+        import openvino as ov
+
+        t0 = time.perf_counter()
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            ov_model = ov.convert_model(model, example_input=tuple(inputs))
+        convert_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        compiled = ov.Core().compile_model(ov_model, "CPU", _openvino_config(threads, precision))
+        compile_s = time.perf_counter() - t1
+        request = compiled.create_infer_request()
+        feeds = [x.numpy() for x in inputs]  # converted once: only infer() is timed
+        port = compiled.output(0)
+        out = torch.from_numpy(request.infer(feeds)[port].copy())
+        picked = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        return (lambda: request.infer(feeds)), out, {"compile_s": convert_s + compile_s, "export_s": convert_s,
+                                                      "precision": picked.split("'")[1] if "'" in picked else picked}
+    return build
+
+
+def build_openvino_compile(model, inputs, threads):
+    """OpenVINO's torch.compile backend, fp32 pinned."""
+    import openvino.torch  # noqa: F401 - registers backend "openvino"
+
+    config = {k: str(v) for k, v in _openvino_config(threads, "f32").items()}
+    return _compiled(model, inputs, backend="openvino", options={"device": "CPU", "config": config})
+
+
+def build_tvm(trials):
+    """Apache TVM's Relax flow: torch.export -> from_exported_program -> the "zero" pipeline (no
+    tuning: TVM's default schedules) or, with trials > 0, meta-schedule tuning of that many trials
+    ("static_shape_tuning") -> tvm.compile for this CPU's LLVM target -> the Relax VM.
+    Threads: TVM_NUM_THREADS, set by main() before TVM's thread pool starts."""
+    def build(model, inputs, threads):
+        import tvm
+        from tvm import relax
+        from tvm.relax.frontend.torch import from_exported_program
+
+        t0 = time.perf_counter()
+        exported = torch.export.export(model, tuple(inputs))
+        mod = from_exported_program(exported, keep_params_as_input=False)
+        target = tvm.target.Target({"kind": "llvm", "mcpu": tvm.target.codegen.llvm_get_system_cpu(),
+                                    "num-cores": threads})
+        with target:
+            if trials > 0:
+                with tempfile.TemporaryDirectory(prefix="dnnf_tvm_tune_") as work:
+                    mod = relax.get_pipeline("static_shape_tuning", target=target, work_dir=work,
+                                             total_trials=trials)(mod)
+            else:
+                mod = relax.get_pipeline("zero")(mod)
+            executable = tvm.compile(mod, target)
+        vm = relax.VirtualMachine(executable, tvm.cpu())
+        args = [tvm.runtime.tensor(x.numpy()) for x in inputs]
+        compile_s = time.perf_counter() - t0
+
+        def run():
+            return vm["main"](*args)
+
+        res = run()
+        first = res[0] if not hasattr(res, "numpy") else res
+        out = torch.from_numpy(first.numpy().copy())
+        return run, out, {"compile_s": compile_s, "tuning_trials": trials}
+    return build
+
+
 # ---------------------------------------------------------------------------------------------
 # One (model, batch) cell: build every system, check it against eager, time them interleaved.
 
@@ -337,11 +429,15 @@ def ratio_table(rows, peers, batch):
                  "(> 1: dnnfusion faster)", "",
              "| model | best mode | " + " | ".join(f"vs {p}" for p in peers) + " |",
              "|---" * (len(peers) + 2) + "|"]
-    ratios = {p: [] for p in peers}
+    best = "best fp32 peer"
+    cols_of = peers + [best]
+    lines[-2] = "| model | best mode | " + " | ".join(f"vs {p}" for p in cols_of) + " |"
+    lines[-1] = "|---" * (len(cols_of) + 2) + "|"
+    ratios = {p: [] for p in cols_of}
     for c in rows:
         b = best_mode(c)
         if b is None:
-            lines.append(f"| {c['model']} | failed | " + " | ".join("-" for _ in peers) + " |")
+            lines.append(f"| {c['model']} | failed | " + " | ".join("-" for _ in cols_of) + " |")
             continue
         bms = c["systems"][b]["ms"]
         cols = []
@@ -352,10 +448,23 @@ def ratio_table(rows, peers, batch):
                 cols.append(f"{pm / bms:.2f}x")
             else:
                 cols.append("-")
+        fp32 = [(_ms(c["systems"].get(p)), p) for p in peers if p != "eager" and _is_fp32(c["systems"].get(p))]
+        fp32 = [(ms, p) for ms, p in fp32 if ms]
+        if fp32:
+            ms, p = min(fp32)
+            ratios[best].append(ms / bms)
+            cols.append(f"{ms / bms:.2f}x ({p})")
+        else:
+            cols.append("-")
         lines.append(f"| {c['model']} | {b[5:]} | " + " | ".join(cols) + " |")
     lines.append("| **geomean** | | " + " | ".join(
-        f"**{geomean(ratios[p]):.2f}x** (n={len(ratios[p])})" if ratios[p] else "-" for p in peers) + " |")
+        f"**{geomean(ratios[p]):.2f}x** (n={len(ratios[p])})" if ratios[p] else "-" for p in cols_of) + " |")
     return lines
+
+
+def _is_fp32(system):
+    """A peer that computes in fp32 (OpenVINO at its default precision may pick bf16)."""
+    return bool(system) and system.get("precision", "f32") in ("f32", "fp32", "float32")
 
 
 def markdown(result, system_names):
@@ -371,6 +480,9 @@ def markdown(result, system_names):
         lines.append(f"Measured roofline ({peak['threads']} threads, benchmarks/peak_probe.cc): fp32 FMA peak "
                      f"{peak['fma_peak_gflops']:.1f} GFLOP/s ({peak['isa']}), STREAM triad {peak['triad_gbs']:.1f} GB/s.")
     peers = [s for s in system_names if s not in DNNF]
+    picked = sorted({c["systems"].get("openvino-default", {}).get("precision") for c in cells} - {None})
+    if picked:
+        lines.append(f"openvino-default ran at precision {', '.join(picked)} (not fp32 peers unless f32).")
     for batch in result["args"]["batches"]:
         rows = [c for c in cells if c["batch"] == batch]
         lines += ["", f"### Latency, batch {batch}: median ms (inter-quartile range)", "",
@@ -482,6 +594,9 @@ def parse_args(argv=None):
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=JSON_OPTIONS",
                     help="an extra dnnfusion system dnnf-NAME compiled with options={'fusion': 'dnnfusion', "
                          "'threads': T, **JSON_OPTIONS}; repeatable")
+    ap.add_argument("--tvm-trials", type=int, default=0,
+                    help="meta-schedule tuning trials per model for the tvm peer (default 0: untuned, TVM's default "
+                         "schedules; tuning takes hours per model on 2 cores)")
     ap.add_argument("--out-dir", default=os.path.join(HERE, "results"))
     ap.add_argument("--peak-only", action="store_true", help="print the measured FMA peak and triad bandwidth only")
     args = ap.parse_args(argv)
@@ -539,6 +654,7 @@ def main(argv=None):
     if args.peak_only:
         print(json.dumps(peak, indent=1))
         return 0 if "error" not in peak else 1
+    os.environ["TVM_NUM_THREADS"] = str(args.threads)  # read when TVM's thread pool starts
     # Every system adds a Dynamo cache entry for the same forward (reset per model and batch).
     torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     torch._dynamo.config.accumulated_cache_size_limit = max(torch._dynamo.config.accumulated_cache_size_limit, 256)
@@ -549,14 +665,16 @@ def main(argv=None):
     except ImportError:
         ort_version = "not installed"
     builders = {"eager": build_eager, "inductor": build_inductor, "inductor-freezing": build_inductor_freezing,
-                "onnxruntime": build_onnxruntime,
+                "onnxruntime": build_onnxruntime, "openvino": build_openvino("f32"),
+                "openvino-default": build_openvino(None), "openvino-compile": build_openvino_compile,
+                "tvm": build_tvm(args.tvm_trials),
                 **{f"dnnf-{m}": build_dnnfusion({"fusion": m}) for m in MODES},
                 **{k: build_dnnfusion(o) for k, o in args.variants.items()}}
     system_names = args.systems + list(args.variants)
     systems = {k: builders[k] for k in system_names}
     date = datetime.date.today().isoformat()
     machine = {"cpu": cpu_name(), "cores": os.cpu_count(), "isa": _C.isa(), "torch": torch.__version__,
-               "onnxruntime": ort_version, "python": sys.version.split()[0], "threads": args.threads,
+               "onnxruntime": ort_version, **_peer_versions(), "python": sys.version.split()[0], "threads": args.threads,
                "interop_threads": 1, "date": date, "peak": peak,
                "dnnfusion_path": os.path.dirname(dnnfusion.__file__)}  # which checkout was measured
     result = {"machine": machine,

@@ -24,18 +24,8 @@
 
 #include "common/error.h"
 #include "quant/requant.h"
-#include "target/fpga/datapath/simulate.h"
-#include "target/fpga/isa/isa.h"
-#include "target/fpga/isa/weight_layout.h"
-#include "target/fpga/opencl/opencl_runtime.h"
+#include "target/fpga/api.h"
 #include "target_apis.h"
-
-#if __has_include("target/fpga/driver/accelerator.h")
-#include "target/fpga/driver/accelerator.h"
-#define DNNF_HAVE_FPGA_DRIVER 1
-#else
-#define DNNF_HAVE_FPGA_DRIVER 0
-#endif
 
 namespace py = pybind11;
 using namespace dnnfusion;
@@ -235,7 +225,6 @@ py::list platforms_list() {
   return out;
 }
 
-#if DNNF_HAVE_FPGA_DRIVER
 void bind_accelerator(py::module_& m) {
   py::class_<fpga::RunStats>(m, "RunStats")
       .def_readonly("layers", &fpga::RunStats::layers)
@@ -276,7 +265,6 @@ void bind_accelerator(py::module_& m) {
         return a.run(w.data(), w.size());
       });
 }
-#endif
 
 void bind(py::module_& m) {
   m.attr("ISA_VERSION") = fpga::kIsaVersion;
@@ -285,7 +273,6 @@ void bind(py::module_& m) {
   m.attr("MAX_CHANNELS") = fpga::kMaxChannels;
   m.attr("MAX_SPATIAL") = fpga::kMaxSpatial;
   m.attr("MAX_LAYERS") = fpga::kMaxLayers;
-  m.attr("HAS_DRIVER") = bool(DNNF_HAVE_FPGA_DRIVER);
 
   m.def("encode", [](const py::list& layers, uint64_t memory_bytes) {
     std::vector<fpga::LayerDesc> ls;
@@ -365,9 +352,7 @@ void bind(py::module_& m) {
 
   m.def("opencl_unavailable_reason", &fpga::opencl::opencl_unavailable_reason);
   m.def("list_platforms", &platforms_list);
-#if DNNF_HAVE_FPGA_DRIVER
   bind_accelerator(m);
-#endif
 }
 
 const bool registered = python::register_target_api("fpga", &bind);
