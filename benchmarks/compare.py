@@ -559,7 +559,9 @@ def chart(result, system_names, batch, path):
                 ys.append(e / m)
             else:
                 failed.append(x)
-        bars = ax.bar(xs, ys, width=width, label=k, color=colors[i % len(colors)])
+        precisions = {c["systems"].get(k, {}).get("precision") for c in rows} - {None, "f32"}
+        label = f"{k} ({', '.join(sorted(precisions))})" if precisions else k
+        bars = ax.bar(xs, ys, width=width, label=label, color=colors[i % len(colors)])
         ax.bar_label(bars, fmt="%.2f", fontsize=6, rotation=90, padding=2)
         ax.plot(failed, [0.03] * len(failed), "x", color=colors[i % len(colors)])
     ax.axhline(1.0, color="black", linewidth=0.8)
@@ -568,7 +570,7 @@ def chart(result, system_names, batch, path):
     ax.set_xticklabels([c["model"] for c in rows], rotation=30, ha="right")
     ax.set_ylabel("speedup over eager (eager ms / system ms)")
     m = result["machine"]
-    ax.set_title(f"fp32 inference, batch {batch}, {m['threads']} threads, {m['cpu']}", fontsize=10)
+    ax.set_title(f"inference (fp32 unless marked), batch {batch}, {m['threads']} threads, {m['cpu']}", fontsize=10)
     dead = [k for k in system_names if k != "eager" and k not in shown]
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0),
               title=f"failed on all: {', '.join(dead)}" if dead else None, title_fontsize=7)
