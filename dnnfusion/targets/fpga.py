@@ -173,5 +173,4 @@ def compile_graph(gm, example_inputs, opts, report):
                 state["fm"] = build()
         return state["fm"](args[pos])
 
-    run.fpga_module = lambda: state["fm"]
     return run

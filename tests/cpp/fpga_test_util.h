@@ -266,4 +266,53 @@ inline std::string describe(const LayerDesc& d) {
   return s;
 }
 
+// A five-layer program as one stream: conv3x3 (stride 2, ReLU) -> dw3x3 -> conv1x1 ->
+// add(conv3x3 out, conv1x1 out) -> maxpool 3x3 s2 p1. Each layer reads what the earlier ones wrote;
+// the add's output reuses the depthwise output's buffer (dead after the 1x1 conv). Every Case's x
+// (and the add's xb) holds the logical result of its producer, so reference(c) is each layer's
+// expected output.
+struct Chain {
+  Case a, b, p, s, m;
+  std::vector<uint8_t> image;
+  std::vector<LayerDesc> layers;
+};
+
+inline Chain random_chain(std::mt19937_64& g, int trial) {
+  const int c0 = static_cast<int>(uniform(g, 1, 20)), k = static_cast<int>(uniform(g, 1, 24));
+  const int h = static_cast<int>(uniform(g, 3, 17)), w = static_cast<int>(uniform(g, 3, 17));
+  LayerDesc da = shape(LayerType::kConv3x3, c0, k, h, w, 3, 2, 1);
+  da.act_lo = 0, da.act_hi = 127;
+  Chain ch;
+  Case& a = ch.a;
+  a = make_case(g, da, trial % 32);
+  const int h1 = out_h(a.d), w1 = out_w(a.d);
+  Case& b = ch.b = make_case(g, shape(LayerType::kDepthwise3x3, k, k, h1, w1, 3, 1, 1), trial % 32);
+  Case& p = ch.p = make_case(g, shape(LayerType::kConv1x1, k, k, h1, w1, 1, 1, 0), trial % 32);
+  Case& s = ch.s = make_case(g, shape(LayerType::kAdd, k, k, h1, w1, 1, 1, 0), trial % 32);
+  Case& m = ch.m = make_case(g, shape(LayerType::kMaxPool, k, k, h1, w1, 3, 2, 1), trial % 32);
+  b.x = reference(a);
+  p.x = reference(b);
+  s.x = reference(a), s.xb = reference(p);
+  m.x = reference(s);
+
+  Image img{{}, &g};
+  place(a, img);
+  b.d.weight_offset = img.put(pack_weights(LayerType::kDepthwise3x3, k, k, b.w));
+  b.d.param_offset = img.put(pack_params(b.bias, b.q));
+  p.d.weight_offset = img.put(pack_weights(LayerType::kConv1x1, k, k, p.w));
+  p.d.param_offset = img.put(pack_params(p.bias, p.q));
+  s.d.param_offset = img.put(pack_add_params(s.q, s.qb));
+  b.d.input_offset = a.d.output_offset;
+  b.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
+  p.d.input_offset = b.d.output_offset;
+  p.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
+  s.d.input_offset = a.d.output_offset, s.d.input_b_offset = p.d.output_offset;
+  s.d.output_offset = b.d.output_offset;
+  m.d.input_offset = s.d.output_offset;
+  m.d.output_offset = img.reserve(output_bytes(m.d));
+  ch.image = img.finish();
+  ch.layers = {a.d, b.d, p.d, s.d, m.d};
+  return ch;
+}
+
 }  // namespace dnnfusion::fpga::test_util

@@ -193,52 +193,19 @@ TEST(FpgaDatapath, NamedShapes) {
 }
 
 TEST(FpgaDatapath, ChainedPrograms) {
-  // conv3x3 (stride 2, ReLU) -> dw3x3 -> conv1x1 -> add(conv3x3 out, conv1x1 out) -> maxpool 3x3 s2 p1
-  // as one stream: each layer reads what the previous ones wrote, and the add's output reuses the
-  // depthwise output's buffer.
+  // random_chain's five layers as one stream on the device, against simulate.
   REQUIRE_OPENCL();
   SCOPED_TRACE(fpga_seed_note());
   std::mt19937_64 g(fpga_test_seed() + 43);
   Accelerator& acc = shared_accelerator();
   for (int t = 0; t < 20; ++t) {
-    const int c0 = static_cast<int>(uniform(g, 1, 20)), k = static_cast<int>(uniform(g, 1, 24));
-    const int h = static_cast<int>(uniform(g, 3, 17)), w = static_cast<int>(uniform(g, 3, 17));
-    LayerDesc da = shape(LayerType::kConv3x3, c0, k, h, w, 3, 2, 1);
-    da.act_lo = 0, da.act_hi = 127;
-    Case a = make_case(g, da, t % 32);
-    const int h1 = out_h(a.d), w1 = out_w(a.d);
-    Case b = make_case(g, shape(LayerType::kDepthwise3x3, k, k, h1, w1, 3, 1, 1), t % 32);
-    Case p = make_case(g, shape(LayerType::kConv1x1, k, k, h1, w1, 1, 1, 0), t % 32);
-    Case s = make_case(g, shape(LayerType::kAdd, k, k, h1, w1, 1, 1, 0), t % 32);
-    Case m = make_case(g, shape(LayerType::kMaxPool, k, k, h1, w1, 3, 2, 1), t % 32);
-    b.x = reference(a);
-    p.x = reference(b);
-    s.x = reference(a), s.xb = reference(p);
-    m.x = reference(s);
-
-    Image img{{}, &g};
-    place(a, img);
-    b.d.weight_offset = img.put(pack_weights(LayerType::kDepthwise3x3, k, k, b.w));
-    b.d.param_offset = img.put(pack_params(b.bias, b.q));
-    p.d.weight_offset = img.put(pack_weights(LayerType::kConv1x1, k, k, p.w));
-    p.d.param_offset = img.put(pack_params(p.bias, p.q));
-    s.d.param_offset = img.put(pack_add_params(s.q, s.qb));
-    b.d.input_offset = a.d.output_offset;
-    b.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
-    p.d.input_offset = b.d.output_offset;
-    p.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
-    s.d.input_offset = a.d.output_offset, s.d.input_b_offset = p.d.output_offset;
-    s.d.output_offset = b.d.output_offset;
-    m.d.input_offset = s.d.output_offset;
-    m.d.output_offset = img.reserve(output_bytes(m.d));
-    const std::vector<uint8_t> image = img.finish();
-    const std::vector<LayerDesc> layers = {a.d, b.d, p.d, s.d, m.d};
-    const auto words = encode(layers, image.size());
-    const std::vector<uint8_t> mem = run_on(acc, image, words);
+    const Chain ch = random_chain(g, t);
+    const auto words = encode(ch.layers, ch.image.size());
+    const std::vector<uint8_t> mem = run_on(acc, ch.image, words);
     SCOPED_TRACE("trial " + std::to_string(t));
-    expect_same_memory(mem, simulated(image, words), layers);
-    EXPECT_EQ(read_output(mem, p.d), s.xb) << "conv1x1";
-    EXPECT_EQ(read_output(mem, m.d), reference(m)) << "final maxpool";
+    expect_same_memory(mem, simulated(ch.image, words), ch.layers);
+    EXPECT_EQ(read_output(mem, ch.p.d), ch.s.xb) << "conv1x1";
+    EXPECT_EQ(read_output(mem, ch.m.d), reference(ch.m)) << "final maxpool";
   }
 }
 

@@ -94,50 +94,17 @@ TEST(FpgaSimulate, NamedShapes) {
 }
 
 TEST(FpgaSimulate, ChainedPrograms) {
-  // conv3x3 (stride 2, ReLU) -> dw3x3 -> conv1x1 -> add(conv3x3 out, conv1x1 out) -> maxpool 3x3 s2 p1,
-  // run as one stream; each layer reads what the previous one wrote in device memory.
+  // random_chain's five layers as one stream: each reads what the earlier ones wrote.
   SCOPED_TRACE(fpga_seed_note());
   std::mt19937_64 g(fpga_test_seed() + 22);
   for (int t = 0; t < 30; ++t) {
-    const int c0 = static_cast<int>(uniform(g, 1, 20)), k = static_cast<int>(uniform(g, 1, 24));
-    const int h = static_cast<int>(uniform(g, 3, 17)), w = static_cast<int>(uniform(g, 3, 17));
-    LayerDesc da = shape(LayerType::kConv3x3, c0, k, h, w, 3, 2, 1);
-    da.act_lo = 0, da.act_hi = 127;
-    Case a = make_case(g, da, t % 32);
-    const int h1 = out_h(a.d), w1 = out_w(a.d);
-    Case b = make_case(g, shape(LayerType::kDepthwise3x3, k, k, h1, w1, 3, 1, 1), t % 32);
-    Case p = make_case(g, shape(LayerType::kConv1x1, k, k, h1, w1, 1, 1, 0), t % 32);
-    Case s = make_case(g, shape(LayerType::kAdd, k, k, h1, w1, 1, 1, 0), t % 32);
-    Case m = make_case(g, shape(LayerType::kMaxPool, k, k, h1, w1, 3, 2, 1), t % 32);
-
-    // Logical results along the chain.
-    b.x = reference(a);
-    p.x = reference(b);
-    s.x = reference(a), s.xb = reference(p);
-    m.x = reference(s);
-    const std::vector<int8_t> want = reference(m);
-
-    Image img{{}, &g};
-    place(a, img);
-    b.d.weight_offset = img.put(pack_weights(LayerType::kDepthwise3x3, k, k, b.w));
-    b.d.param_offset = img.put(pack_params(b.bias, b.q));
-    p.d.weight_offset = img.put(pack_weights(LayerType::kConv1x1, k, k, p.w));
-    p.d.param_offset = img.put(pack_params(p.bias, p.q));
-    s.d.param_offset = img.put(pack_add_params(s.q, s.qb));
-    b.d.input_offset = a.d.output_offset;
-    b.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
-    p.d.input_offset = b.d.output_offset;
-    p.d.output_offset = img.reserve(activation_bytes(k, h1, w1));
-    s.d.input_offset = a.d.output_offset, s.d.input_b_offset = p.d.output_offset;
-    s.d.output_offset = b.d.output_offset;  // dead after the 1x1 conv: reused
-    m.d.input_offset = s.d.output_offset;
-    m.d.output_offset = img.reserve(activation_bytes(k, out_h(m.d), out_w(m.d)));
-    std::vector<uint8_t> mem = img.finish();
-    const auto words = encode({a.d, b.d, p.d, s.d, m.d}, mem.size());
+    Chain ch = random_chain(g, t);
+    std::vector<uint8_t> mem = ch.image;
+    const auto words = encode(ch.layers, mem.size());
     simulate(mem, words.data(), words.size());
-    EXPECT_EQ(read_output(mem, a.d), b.x) << "trial " << t << " conv3x3";
-    EXPECT_EQ(read_output(mem, p.d), s.xb) << "trial " << t << " conv1x1";
-    EXPECT_EQ(read_output(mem, m.d), want) << "trial " << t << " final maxpool";
+    EXPECT_EQ(read_output(mem, ch.a.d), ch.b.x) << "trial " << t << " conv3x3";
+    EXPECT_EQ(read_output(mem, ch.p.d), ch.s.xb) << "trial " << t << " conv1x1";
+    EXPECT_EQ(read_output(mem, ch.m.d), reference(ch.m)) << "trial " << t << " final maxpool";
   }
 }
 
