@@ -8,6 +8,7 @@ the C++ core and leaves the rest as eager ATen calls. A target whose Python glue
 quantizes and offloads whole runs of layers with calibration data.
 """
 import collections
+import copy
 import threading
 import warnings
 
@@ -16,6 +17,7 @@ from torch._functorch.aot_autograd import aot_module_simplified
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from . import _C
+from .guards import enable_for_this_compile
 from .options import parse_options
 from .report import GraphReport, publish, warn_fallback
 
@@ -52,27 +54,28 @@ def _is_symbolic(gm, example_inputs):
 def _compile_static(gm, example_inputs, opts, report):
     from .lowering import lower
 
-    real = {i: example_inputs[i].detach() for i in _static_indices(gm) if isinstance(example_inputs[i], torch.Tensor)}
+    real = {i: example_inputs[i] for i in _static_indices(gm) if isinstance(example_inputs[i], torch.Tensor)}
+
+    def lower_safely(aot_gm, frozen):
+        try:
+            return lower(aot_gm, frozen, opts, report)
+        except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix
+            raise
+        except Exception as e:  # never fail the user's model: run this graph eagerly
+            warn_fallback(f"lowering failed ({type(e).__name__}: {e})", what="this graph")
+            report.notes.append(f"lowering failed, graph runs eagerly: {type(e).__name__}: {e}")
+            report.ops_core.clear()
+            return aot_gm
 
     def inference_compiler(aot_gm, aot_inputs):
         placeholders = list(aot_gm.graph.find_nodes(op="placeholder"))
-        frozen = {}
-        if len(placeholders) == len(example_inputs):
-            frozen = {placeholders[i]: t for i, t in real.items()}
-            report.frozen_numel = sum(t.numel() for t in frozen.values())
-        else:
+        if len(placeholders) != len(example_inputs):
             report.notes.append("parameters not frozen: aot graph inputs do not line up with Dynamo's")
+            with unset_fake_temporarily():
+                return lower_safely(aot_gm, {})
         # aot_autograd calls us under its fake mode; the core needs the real weights.
         with unset_fake_temporarily():
-            try:
-                return lower(aot_gm, frozen, opts, report)
-            except (_C.CompilerNotFound, _C.TargetUnavailable):  # set-up problems the user must fix
-                raise
-            except Exception as e:  # never fail the user's model: run this graph eagerly
-                warn_fallback(f"lowering failed ({type(e).__name__}: {e})", what="this graph")
-                report.notes.append(f"lowering failed, graph runs eagerly: {type(e).__name__}: {e}")
-                report.ops_core.clear()
-                return aot_gm
+            return _FrozenGraph(aot_gm, placeholders, real, lower_safely, report)
 
     return aot_module_simplified(
         gm,
@@ -81,6 +84,59 @@ def _compile_static(gm, example_inputs, opts, report):
         inference_compiler=inference_compiler,
         keep_inference_input_mutations=True,
     )
+
+
+class _FrozenGraph:
+    """The lowered graph, its parameters and buffers frozen into it, run while they are still the
+    tensors it was compiled with. Dynamo passes them on every call and guards only their metadata,
+    so a swapped parameter (``m.fc = nn.Linear(...)``, a new ``nn.Parameter``) or one updated in
+    place (``load_state_dict``, ``p.copy_()`` under no_grad: its version counter moves) would
+    otherwise leave the compiled graph computing with the old values. On such a change the graph
+    is lowered again from a pristine copy with the new values, with a warning; ``p.data = t`` and
+    writes through ``p.data`` bypass both checks (as they bypass autograd)."""
+
+    def __init__(self, aot_gm, placeholders, real, lower_fn, report):
+        self.pristine = copy.deepcopy(aot_gm)
+        self.lower_fn = lower_fn
+        self.report = report
+        # A buffer the model updates in place stays a run-time input: frozen, it would keep the
+        # value it had when compiled.
+        written = _written_placeholders(aot_gm)
+        self.positions = [i for i in sorted(real) if placeholders[i].name not in written]
+        self.names = [placeholders[i].name for i in self.positions]
+        self._freeze([real[i] for i in self.positions], aot_gm)
+
+    def _freeze(self, tensors, gm):
+        self.check = _C.FrozenTensors(self.positions, tensors)
+        nodes = {n.name: n for n in gm.graph.find_nodes(op="placeholder")}
+        frozen = {nodes[name]: t.detach() for name, t in zip(self.names, tensors)}
+        self.report.frozen_numel = sum(t.numel() for t in tensors)
+        self.fn = self.lower_fn(gm, frozen)
+
+    def __call__(self, *args):
+        if not self.check.unchanged(args):
+            _warn_once("refreeze", "dnnfusion: a parameter or buffer changed after compiling (a new tensor, or "
+                                   "an in-place update); recompiling the graph with the new values")
+            self.report.notes.append("parameters changed after compiling: graph recompiled with the new values")
+            for part in (self.report.ops_total, self.report.ops_core, self.report.fallbacks, self.report.regions):
+                part.clear()  # the new lowering reports them again
+            self._freeze([args[p] for p in self.positions], copy.deepcopy(self.pristine))
+        return self.fn(*args)
+
+
+def _written_placeholders(gm):
+    """Names of the graph inputs an op of the graph writes (a buffer the model updates in place,
+    kept as a copy_ back into the input by keep_inference_input_mutations)."""
+    out = set()
+    for n in gm.graph.nodes:
+        schema = getattr(n.target, "_schema", None) if n.op == "call_function" else None
+        if schema is None:
+            continue
+        for arg, a in zip(schema.arguments, n.args):
+            if arg.alias_info is not None and arg.alias_info.is_write and isinstance(a, torch.fx.Node) \
+                    and a.op == "placeholder":
+                out.add(a.name)
+    return out
 
 
 def _compile_graph(gm, example_inputs, opts, report):
@@ -199,6 +255,8 @@ def dnnfusion_backend(gm: torch.fx.GraphModule, example_inputs, options=None, **
     opts = parse_options(options, _inputs_device_type(example_inputs))
     _require_available(opts.target)
     report = GraphReport()
+    if opts.fast_guards:
+        enable_for_this_compile()
     if torch.is_grad_enabled():
         _warn_once(
             "grad",

@@ -122,6 +122,7 @@ TEST(ConvNchwc, BothWorkSplitsMatchReference) {
       {shape(1, 48, 9, 8, 48, 3, 3, 2, 1, 1, 48), true},  // depthwise
       {shape(1, 192, 7, 6, 200, 3, 3, 1, 1), false},    // 1.4 MB of weights: block-major
       {shape(1, 1040, 5, 5, 256, 1, 1, 1, 0), false},   // flat 1x1 past 1 MiB
+      {shape(1, 1024, 4, 4, 256, 1, 1, 1, 0), false},   // exactly 1 MiB of weights: block-major
   };
   for (Isa isa : testing::isas_to_test())
     for (const auto& c : cases) {

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -119,6 +120,42 @@ TEST(Reduction, FastPathShapes) {
       check_reduce(op, c.shape, c.dims, x, DType::Float32, DType::Float32, 1.0, kTwo);
       check_reduce(op, c.shape, c.dims, x, DType::Float32, DType::Float32, 0.0, kSerial);
     }
+}
+
+// A float mean over a channel-blocked global pool runs an AVX-512 column sum where the CPU has
+// it; it must give the baseline loop's bits exactly (same additions per lane, same order; a NaN's
+// sign may differ), for
+// block widths with and without a partial vector and reduced lengths around the 32-row chunks.
+TEST(Reduction, BlockedMeanIsaPathsBitIdentical) {
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 g(seed + 7);
+  const std::vector<Isa> isas = isas_to_test();
+  for (int rep = 0; rep < 40; ++rep) {
+    static const int64_t lanes[] = {8, 16, 24, 32, 48, 64, 80, 96};
+    static const int64_t sides[] = {1, 3, 5, 7, 14, 17, 28};
+    const int64_t b = lanes[g() % 8], h = sides[g() % 7], w = sides[g() % 7], cb = 1 + g() % 5;
+    const std::vector<int64_t> shape{1 + static_cast<int64_t>(g() % 2), cb, h, w, b};
+    const auto x = random_data(g, DType::Float32, numel(shape), rep % 4 == 3 ? 3 : 0);
+    const int64_t n = shape[0] * cb * b;
+    std::vector<float> want;
+    for (Isa isa : isas) {
+      force_isa(isa);
+      std::vector<float> got(static_cast<size_t>(n));
+      reduce(ReduceOp::Mean, shape, {2, 3}, x.data(), DType::Float32, got.data(), DType::Float32, 0.0,
+             rep % 2 ? static_cast<const Parallel&>(kTwo) : kSerial);
+      if (want.empty()) {
+        want = got;
+        check_reduce(ReduceOp::Mean, shape, {2, 3}, x, DType::Float32, DType::Float32, 0.0, kSerial);
+        continue;
+      }
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_TRUE(std::isnan(want[i]) ? std::isnan(got[i]) : std::memcmp(&got[i], &want[i], sizeof(float)) == 0)
+            << isa_name(isa) << " shape " << shape_str(shape) << " element " << i << ": " << got[i] << " vs "
+            << want[i] << " " << seed_note();
+    }
+    reset_isa();
+  }
 }
 
 TEST(Reduction, IntegralAndBoolInputs) {

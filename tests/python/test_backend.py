@@ -287,3 +287,85 @@ def test_region_that_fails_in_the_core_runs_eagerly_and_is_reported(monkeypatch)
     assert any("injected core failure" in reason for reasons in rep.fallbacks.values() for reason in reasons)
     torch._dynamo.reset()
     torch.testing.assert_close(compiled_run(m, x), m(x))
+
+
+def _guard_build_flags(monkeypatch):
+    """Records Dynamo's dict-tag guard setting each time it finalizes a frame's guards."""
+    import torch._dynamo.guards as guards
+
+    seen = []
+    orig = guards.GuardManagerWrapper.finalize
+
+    def finalize(self):
+        seen.append(torch._dynamo.config.use_recursive_dict_tags_for_guards)
+        return orig(self)
+
+    monkeypatch.setattr(guards.GuardManagerWrapper, "finalize", finalize)
+    return seen
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_fast_guards_apply_to_our_frames_only_and_restore_dynamo_setting(monkeypatch, fast):
+    torch._dynamo.reset()
+    seen = _guard_build_flags(monkeypatch)
+    before = torch._dynamo.config.use_recursive_dict_tags_for_guards
+    m, x = ConvNet().eval(), torch.randn(2, 3, 8, 8)
+    compiled_run(m, x, options={"fast_guards": fast})
+    assert seen == [fast or before]
+    assert torch._dynamo.config.use_recursive_dict_tags_for_guards == before
+    # another backend compiled afterwards builds its guards with the user's setting
+    f = torch.compile(ConvNet().eval(), backend="eager")
+    with torch.no_grad():
+        f(x)
+    assert seen[-1] == before
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_changed_parameters_after_compiling_are_used_not_the_frozen_ones(fast):
+    torch._dynamo.reset()
+    m, x = ConvNet().eval(), torch.randn(2, 3, 8, 8)
+    f = torch.compile(m, backend="dnnfusion", options={"fast_guards": fast})
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        assert not [w for w in caught if "changed after compiling" in str(w.message)]
+        m.fc = nn.Linear(8, 5)  # a swapped submodule
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        m.conv.weight = nn.Parameter(torch.randn_like(m.conv.weight))  # a new parameter
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        m.load_state_dict(ConvNet().state_dict())  # in place, through copy_
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        m.bn.running_mean.add_(0.5)  # a buffer updated in place
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)  # and unchanged again
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_fast_guards_option_must_be_bool(bad):
+    with pytest.raises(ValueError, match="fast_guards"):
+        dnnfusion.options.parse_options({"fast_guards": bad})
+
+
+def test_buffer_the_model_updates_in_place_is_not_frozen():
+    class Accumulate(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("acc", torch.zeros(4))
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            self.acc.add_(x.sum(0))
+            return self.lin(x) + self.acc
+
+    torch._dynamo.reset()
+    m = Accumulate().eval()
+    ref = Accumulate().eval()
+    ref.load_state_dict(m.state_dict())
+    f = torch.compile(m, backend="dnnfusion")
+    with torch.no_grad(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            x = torch.randn(2, 4)
+            torch.testing.assert_close(f(x), ref(x), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(m.acc, ref.acc)
+    assert not [w for w in caught if "changed after compiling" in str(w.message)]  # no recompiles

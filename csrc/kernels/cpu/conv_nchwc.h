@@ -107,7 +107,7 @@ int64_t nchwc_floats(int64_t N, int64_t C, int64_t H, int64_t W, int c_bn);
 // gives each thread the same contiguous share of every kernel's items, so position-major has a
 // thread read the rows it wrote one layer earlier from its own core's L2, where block-major has
 // it read the whole input, half of it written on the other core. True for depthwise convs and
-// while the packed weights (which every thread then streams whole) stay within 1 MiB.
+// while the packed weights (which every thread then streams whole) stay under 1 MiB.
 bool conv_nchwc_spatial_split(const Conv2dShape& s, const ConvNchwcKnobs& k);
 // NCHW -> NCHW[c_bn]c (padded channels written as 0).
 void nchw_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_bn, float* y,

@@ -18,8 +18,10 @@
 #include <type_traits>
 
 #include "common/error.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/data_movement.h"
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/reduction_ukernel.h"
 
 namespace dnnfusion::kernels {
 namespace {
@@ -149,6 +151,7 @@ void col_reduce(const C& c, const In* x, int64_t R, int64_t n, int64_t ld, typen
     // squeeze-excitation mean over [1, 144/16, 56, 56, 16] took 0.17 ms, ~10 GB/s). Each 32-term
     // float partial sum is off by at most ~32 ulp of the terms' magnitude, so the mean is too.
     constexpr int64_t kChunk = 32;
+    if (active_isa() == Isa::Avx512) return reduce_detail::chunked_col_sum_avx512(x, R, n, ld, kChunk, acc);
     float part[kInnerTile];
     for (int64_t r0 = 0; r0 < R; r0 += kChunk) {
       const int64_t r1 = std::min(R, r0 + kChunk);
