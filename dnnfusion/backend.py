@@ -2,8 +2,9 @@
 
 Dynamo graph -> [options prune: channel pruning of the Dynamo graph, prune/compile_pass.py] ->
 aot_autograd inference graph (functional ATen) with parameters and buffers frozen (they arrive as
-graph inputs; Dynamo marks them static) -> lowering.lower(), which hands the supported regions to
-the C++ core and leaves the rest as eager ATen calls. A target whose Python glue defines
+graph inputs; Dynamo marks them static; each call checks they are still the same tensors at the
+same version, else the graph is lowered again: _FrozenGraph) -> lowering.lower(), which hands the
+supported regions to the C++ core and leaves the rest as eager ATen calls. A target whose Python glue defines
 ``compile_graph`` (dnnfusion/targets/<name>.py) gets the Dynamo graph whole instead: the fpga target
 quantizes and offloads whole runs of layers with calibration data.
 """
