@@ -41,6 +41,7 @@ const NamedCase kCases[] = {
     {"3x3 dil2 p2 many oc blocks", shape(1, 16, 8, 8, 64, 3, 3, 1, 2, 2)},
     {"1x1 s1 flat", shape(2, 40, 13, 15, 56, 1, 1, 1, 0)},
     {"1x1 s1 flat 7x7", shape(1, 64, 7, 7, 48, 1, 1, 1, 0)},
+    {"1x1 s1 flat 7x7, an odd block count (segments raised for 2 threads)", shape(1, 64, 7, 7, 80, 1, 1, 1, 0)},
     {"1x1 s2", shape(1, 32, 15, 14, 24, 1, 1, 2, 0)},
     {"1x1 p1 (borders)", shape(1, 8, 5, 6, 12, 1, 1, 1, 1)},
     {"1x1 p3 (tiles entirely in padding)", shape(1, 5, 4, 3, 6, 1, 1, 1, 3)},
