@@ -28,7 +28,10 @@ CONDITIONS = (("back to back", 0.0, False), ("idle 1 ms", 0.001, False), ("idle 
               ("cold caches", 0.005, True))
 
 
-def build_systems(model, x, threads):
+def build_systems(model, x, threads, tmpdir):
+    """dnnfusion and ONNX Runtime built exactly as compare.py builds them; dnnfusion's compiled
+    region is captured on the way for the direct call."""
+    import compare
     from dnnfusion import lowering
 
     lowered = []
@@ -41,32 +44,19 @@ def build_systems(model, x, threads):
 
     lowering.lower = capture
     try:
-        f = torch.compile(model, backend="dnnfusion", options={"threads": threads}, dynamic=False)
         with torch.no_grad():
-            f(*x)
+            compiled, _, _ = compare.build_dnnfusion({})(model, x, threads)
     finally:
         lowering.lower = orig
     runs = [n for gm in lowered for n in gm.graph.nodes if n.target is torch.ops.dnnfusion.run.default]
     if len(runs) != 1 or len(x) != 1:
         raise SystemExit(f"the model lowered to {len(runs)} regions; this benchmark needs one region and one input")
     handle = runs[0].args[0]
-
-    import onnxruntime as ort
-
-    path = os.path.join(tempfile.mkdtemp(prefix="dnnf_call_conditions_"), "m.onnx")
-    with torch.no_grad():
-        torch.onnx.export(model, tuple(x), path, dynamo=False, input_names=["input"], output_names=["output"])
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = threads
-    so.inter_op_num_threads = 1
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.add_session_config_entry("session.force_spinning_stop", "1")  # as compare.py runs it
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    feeds = {"input": x[0].numpy()}
+    ort_run, _, _ = compare.build_onnxruntime(model, x, threads, tmpdir)
     return {
-        "dnnfusion (torch.compile call)": lambda: f(*x),
+        "dnnfusion (torch.compile call)": compiled,
         "dnnfusion (its region called directly)": lambda: torch.ops.dnnfusion.run.default(handle, [x[0]]),
-        "ONNX Runtime": lambda: sess.run(None, feeds),
+        "ONNX Runtime": ort_run,
     }
 
 
@@ -85,7 +75,8 @@ def main():
     model, make = zoo.build(args.model)
     model = compare.MainOutput(model).eval()
     x = make(1)
-    systems = build_systems(model, x, args.threads)
+    tmpdir = tempfile.mkdtemp(prefix="dnnf_call_conditions_")
+    systems = build_systems(model, x, args.threads, tmpdir)
     junk = torch.empty(768 * 1024 * 1024 // 4)
     times = {}
     with torch.no_grad():

@@ -104,13 +104,12 @@ class _FrozenGraph:
         # value it had when compiled.
         written = _written_placeholders(aot_gm)
         self.positions = [i for i in sorted(real) if placeholders[i].name not in written]
-        self.names = [placeholders[i].name for i in self.positions]
         self._freeze([real[i] for i in self.positions], aot_gm)
 
     def _freeze(self, tensors, gm):
         self.check = _C.FrozenTensors(self.positions, tensors)
-        nodes = {n.name: n for n in gm.graph.find_nodes(op="placeholder")}
-        frozen = {nodes[name]: t.detach() for name, t in zip(self.names, tensors)}
+        placeholders = list(gm.graph.find_nodes(op="placeholder"))
+        frozen = {placeholders[i]: t.detach() for i, t in zip(self.positions, tensors)}
         self.report.frozen_numel = sum(t.numel() for t in tensors)
         self.fn = self.lower_fn(gm, frozen)
 
@@ -119,8 +118,7 @@ class _FrozenGraph:
             _warn_once("refreeze", "dnnfusion: a parameter or buffer changed after compiling (a new tensor, or "
                                    "an in-place update); recompiling the graph with the new values")
             self.report.notes.append("parameters changed after compiling: graph recompiled with the new values")
-            for part in (self.report.ops_total, self.report.ops_core, self.report.fallbacks, self.report.regions):
-                part.clear()  # the new lowering reports them again
+            self.report.clear_lowering()  # the new lowering reports it again
             self._freeze([args[p] for p in self.positions], copy.deepcopy(self.pristine))
         return self.fn(*args)
 
@@ -171,8 +169,7 @@ def _compile_pruned(gm, example_inputs, opts, report):
         _warn_once(("prune", type(e).__name__), f"dnnfusion: prune={opts.prune} not applied ({e}); compiling unpruned")
         report.notes.append(f"prune={opts.prune} not applied, compiled unpruned: {e}")
         report.prune = None
-        for part in (report.ops_total, report.ops_core, report.fallbacks, report.regions):
-            part.clear()  # a half-compiled pruned graph must not count
+        report.clear_lowering()  # a half-compiled pruned graph must not count
         return _compile_static(gm, example_inputs, opts, report)
     report.prune = pg.report
     report.notes.append(pg.summary())

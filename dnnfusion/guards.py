@@ -21,7 +21,7 @@ end-of-compile callback): other backends and later compiles see the user's setti
 """
 import torch
 
-_saved = None  # the user's setting while a dnnfusion compile has it switched on
+_saved = None  # the user's setting (a bool) while a dnnfusion compile has it switched on
 
 
 def enable_for_this_compile():
@@ -29,14 +29,14 @@ def enable_for_this_compile():
     global _saved
     cfg = torch._dynamo.config
     if _saved is None:
-        _saved = (cfg.use_recursive_dict_tags_for_guards,)
+        _saved = cfg.use_recursive_dict_tags_for_guards
     cfg.use_recursive_dict_tags_for_guards = True
 
 
 def _restore(_args=None):
     global _saved
     if _saved is not None:
-        torch._dynamo.config.use_recursive_dict_tags_for_guards = _saved[0]
+        torch._dynamo.config.use_recursive_dict_tags_for_guards = _saved
         _saved = None
 
 

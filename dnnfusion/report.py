@@ -100,6 +100,11 @@ class GraphReport:
     def add_fallback(self, op, reason):
         self.fallbacks.setdefault(op, collections.Counter())[reason] += 1
 
+    def clear_lowering(self):
+        """Forgets what a lowering recorded (ops, fallbacks, regions), before the graph is lowered again."""
+        for part in (self.ops_total, self.ops_core, self.fallbacks, self.regions):
+            part.clear()
+
     @property
     def n_total(self):
         return sum(self.ops_total.values())
