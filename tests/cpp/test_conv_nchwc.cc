@@ -6,6 +6,7 @@
 // tuning candidate on a few shapes; invalid shapes and knobs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <limits>
 #include <memory>
@@ -39,6 +40,9 @@ const NamedCase kCases[] = {
     {"3x3 p1 many oc blocks (padded input copy)", shape(2, 40, 7, 9, 72, 3, 3, 1, 1)},
     {"3x3 s2 p1 many oc blocks", shape(1, 32, 9, 9, 96, 3, 3, 2, 1)},
     {"3x3 dil2 p2 many oc blocks", shape(1, 16, 8, 8, 64, 3, 3, 1, 2, 2)},
+    {"3x3 s1 p1 at 7x7 (two-row tiles, odd row count)", shape(1, 40, 7, 7, 72, 3, 3, 1, 1)},
+    {"3x3 s2 p1 14x14 -> 7x7 (two-row tiles)", shape(2, 48, 14, 14, 40, 3, 3, 2, 1)},
+    {"3x3 p0 at 5x4 (two-row tiles, no padding)", shape(1, 24, 7, 6, 32, 3, 3, 1, 0)},
     {"1x1 s1 flat", shape(2, 40, 13, 15, 56, 1, 1, 1, 0)},
     {"1x1 s1 flat 7x7", shape(1, 64, 7, 7, 48, 1, 1, 1, 0)},
     {"1x1 s1 flat 7x7, an odd block count (segments raised for 2 threads)", shape(1, 64, 7, 7, 80, 1, 1, 1, 0)},
@@ -103,6 +107,53 @@ TEST(ConvNchwc, NamedVariantsEveryIsa) {
         check(rng, c.s, k, isa, par, o);
       }
     }
+  }
+}
+
+// Narrow output rows run two rows per tile with the default knobs on AVX-512 (and with any knobs
+// whose reg_n holds two rows, on every ISA); both rows of a tile, an odd last row, a padded input
+// (copied with explicit padding first) and each work split match the reference, the hook sees
+// every element once.
+TEST(ConvNchwc, TwoRowTilesMatchReference) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 313);
+  const testing::ThreadParallel three(3);
+  const Conv2dShape resnet_7x7 = shape(1, 512, 7, 7, 512, 3, 3, 1, 1);
+  if (kernels::isa_supported(Isa::Avx512)) {
+    const ConvNchwcKnobs d = kernels::conv_nchwc_default_knobs(resnet_7x7, Isa::Avx512);
+    EXPECT_TRUE(kernels::conv_nchwc_two_row_tiles(resnet_7x7, d, Isa::Avx512)) << describe(resnet_7x7, d);
+  }
+  const Conv2dShape flat = shape(1, 64, 7, 7, 64, 1, 1, 1, 0), dw = shape(1, 32, 7, 7, 32, 3, 3, 1, 1, 1, 32);
+  const Conv2dShape one_row = shape(1, 16, 3, 7, 32, 3, 3, 1, 0);  // OH == 1
+  for (Isa isa : testing::isas_to_test()) {
+    const int ocb = isa == Isa::Avx2 ? 8 : 16;
+    const ConvNchwcKnobs wide{16, ocb, kernels::conv_nchwc_max_reg_n(isa, ocb), true};
+    EXPECT_FALSE(kernels::conv_nchwc_two_row_tiles(flat, wide, isa));
+    EXPECT_FALSE(kernels::conv_nchwc_two_row_tiles(dw, {ocb, ocb, wide.reg_n, true}, isa));
+    EXPECT_FALSE(kernels::conv_nchwc_two_row_tiles(one_row, wide, isa));
+    const Conv2dShape cases[] = {
+        shape(1, 40, 7, 7, 72, 3, 3, 1, 1),      // 7 rows: three pairs and a single row
+        shape(2, 33, 8, 8, 20, 3, 3, 2, 1),      // stride 2, C and K off the blocks, two images
+        shape(1, 64, 6, 5, 48, 3, 3, 1, 0),      // no padding: no input copy
+        shape(1, 48, 12, 12, 64, 1, 1, 2, 0),    // strided 1x1
+        shape(1, 200, 9, 9, 260, 3, 3, 2, 1),    // > 1 MiB of weights: block-major
+    };
+    int ran = 0;
+    for (const Conv2dShape& s : cases) {
+      const int64_t ow = s.OW();
+      const int rn = static_cast<int>(std::min<int64_t>(2 * ow, kernels::conv_nchwc_max_reg_n(isa, ocb)));
+      const ConvNchwcKnobs k{16, ocb, rn, true};
+      if (!kernels::conv_nchwc_two_row_tiles(s, k, isa)) continue;  // rows too wide for this ISA's tiles
+      Options o;
+      o.hook = true;
+      o.residual = true;
+      o.bias = true;
+      o.act = Activation::Relu6;
+      check(rng, s, k, isa, testing::kSerial, o);
+      check(rng, s, k, isa, three, o);
+      ++ran;
+    }
+    EXPECT_GE(ran, 4) << isa_name(isa);
   }
 }
 

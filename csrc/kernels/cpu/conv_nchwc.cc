@@ -82,7 +82,8 @@ void scalar_conv_tile(const NchwcTile& t) {
         for (int64_t ic = 0; ic < icn; ++ic) {
           const float* wv = wk + ic * ocb;
           for (int j = 0; j < rn; ++j) {
-            const float xs = xk[j * t.x_pos + ic];
+            const float xs = t.row_len && j >= t.row_len ? xk[t.x_row + (j - t.row_len) * t.x_pos + ic]
+                                                         : xk[j * t.x_pos + ic];
             float* a = acc + j * ocb;
             for (int o = 0; o < ocb; ++o) a[o] += xs * wv[o];
           }
@@ -127,10 +128,36 @@ NchwcTileFn nchwc_detail::pointwise_tile(Isa isa, int oc_bn, int rn) { return ti
 
 namespace {
 
+NchwcTileFn tile_fn_rows2(Isa isa, int oc_bn, int64_t h) {
+  if (h < 1 || h > kScalarMaxRegN) return nullptr;
+  switch (isa) {
+    case Isa::Avx512: return nchwc_detail::conv_tile_rows2_avx512(oc_bn, static_cast<int>(h));
+    case Isa::Avx2: return nchwc_detail::conv_tile_rows2_avx2(oc_bn, static_cast<int>(h));
+    case Isa::Scalar: break;
+  }
+  return 2 * h <= kScalarMaxRegN ? &scalar_conv_tile : nullptr;
+}
+
+}  // namespace
+
+bool conv_nchwc_two_row_tiles(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
+  if (is_depthwise(s) || is_grouped(s) || is_flat(s) || k.winograd) return false;
+  const int64_t OW = s.OW();
+  if (s.OH() < 2 || 2 * OW > k.reg_n) return false;
+  const bool merged_kw_stem = ceil_div(s.C, k.ic_bn) == 1 && k.ic_bn == s.C && s.dil_w == 1 && s.S > 1;
+  return !merged_kw_stem && tile_fn_rows2(isa, k.oc_bn, OW) != nullptr;
+}
+
+namespace {
+
 // Floats of the zero-padded input copy conv2d_nchwc makes for a padded broadcast conv over a
 // batch, or 0 when staging the edge tiles costs less. Per output block, each row stages the
 // windows of its tiles that reach into the width padding (Cb x R x window columns x ic_bn floats
 // each); the padded copy writes the input once, and tile-free rows above and below need no copy.
+int64_t padded_copy_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
+  return s.N * ceil_div(s.C, k.ic_bn) * (s.H + 2 * s.pad_h) * (s.W + 2 * s.pad_w) * k.ic_bn;
+}
+
 int64_t prepad_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   // One image: the copy is an extra pass and barrier in a short layer, and staging won. Measured
   // in-process, batch 1, 2 threads: resnet18 12.19 -> 11.94 and 11.97 -> 11.70 ms, resnet50
@@ -142,7 +169,7 @@ int64_t prepad_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   const int64_t Kb = ceil_div(s.K, k.oc_bn), cols = (rn - 1) * s.stride_w + (s.S - 1) * s.dil_w + 1;
   const int64_t edge_tiles = s.pad_w == 0 ? 0 : std::min<int64_t>(2, ceil_div(OW, rn));
   const int64_t staged = s.N * Kb * s.OH() * edge_tiles * Cb * s.R * cols * k.ic_bn;
-  const int64_t copy = s.N * Cb * (s.H + 2 * s.pad_h) * (s.W + 2 * s.pad_w) * k.ic_bn;
+  const int64_t copy = padded_copy_floats(s, k);
   return 2 * copy < staged ? copy : 0;
 }
 
@@ -292,6 +319,16 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
     // 12 positions needs a broadcast per FMA and measured ~35% slower on ResNet-50.
     k.oc_bn = 16;
     k.reg_n = 6;
+  } else if (isa == Isa::Avx512 && !dw && s.R * s.S > 1 && s.OW() <= 7 && s.OH() >= 2 && s.K > 16 &&
+             nchwc_block_fits(s.K, 32)) {
+    // Output rows of at most 7 positions (ResNet's last stage): two rows per tile
+    // (conv_nchwc_two_row_tiles), two zmm x 2 * OW positions, so each weight vector fetched from
+    // L2 feeds twice the FMAs of a one-row 64 x 7 tile. Measured on a Xeon, 2 threads: with
+    // weights hot, 512 -> 512 3x3 at 7x7 63.5 -> 69.4% of the FMA peak, the stride-2 one from
+    // 14x14 47.5 -> 55.4%; whole models interleaved in one process, resnet50 29.0 -> 28.4 ms
+    // (batch 1) and 188.8 -> 185.2 ms (batch 8), resnet18 10.48 -> 10.27 ms, outputs identical.
+    k.oc_bn = 32;
+    k.reg_n = static_cast<int>(2 * s.OW());
   } else if (isa == Isa::Avx512 && s.K % 64 == 0 && (!is_flat(s) || s.C <= 512)) {
     // Four zmm per position x 7 positions (28 accumulators + 4 weight vectors): a broadcast feeds
     // four FMAs instead of two. Measured interleaved against 32 x 7 (2 threads, Xeon, AVX-512):
@@ -564,6 +601,43 @@ ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const
   // steps instead of S loops of C (cache-hot, 2 threads: 3 -> 16 3x3/2 at 224 55 -> 49 us,
   // 3 -> 64 3x3 at 224 584 -> 560 us, the 7x7/2 ResNet stem within noise).
   merge_kw_ = !dw_ && !group_span_ && !flat_ && Cb_ == 1 && icb_ == s.C && s.dil_w == 1 && S > 1;
+  if (s.pad_h == 0 && s.pad_w == 0 && conv_nchwc_two_row_tiles(s, k, isa)) fn_rows2_ = tile_fn_rows2(isa, k.oc_bn, s.OW());
+}
+
+void ConvRows::run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,
+                        const PrefetchShare* item) const {
+  const Conv2dShape& s = s_;
+  const int64_t icb = icb_, ocb = ocb_, OW = s.OW();
+  DNNF_CHECK(fn_rows2_ != nullptr, "conv2d_nchwc: no two-row tile for this conv");
+  NchwcTile t{};
+  t.x = xn + row * s.stride_h * s.W * icb;
+  t.x_cb = s.H * s.W * icb;
+  t.x_kh = s.dil_h * s.W * icb;
+  t.x_kw = s.dil_w * icb;
+  t.x_pos = s.stride_w * icb;
+  t.x_row = s.stride_h * s.W * icb;
+  t.w = packed_w_ + kb * w_blk_;
+  t.w_cb = s.R * s.S * icb * ocb;
+  t.w_kh = s.S * icb * ocb;
+  t.n_cb = Cb_;
+  t.n_kh = s.R;
+  t.n_kw = s.S;
+  t.ic_bn = icb;
+  t.ic_last = s.C - (Cb_ - 1) * icb;
+  t.bias = bias_pad_.empty() ? nullptr : bias_pad_.data() + kb * ocb;
+  t.res = res_pair;
+  t.y = y_pair;
+  t.rn = static_cast<int>(2 * OW);
+  t.row_len = static_cast<int>(OW);
+  t.oc_bn = static_cast<int>(ocb);
+  t.act = act_;
+  if (item) {
+    t.pf = item->first;
+    t.pf_lines = item->lines;
+  }
+  fn_rows2_(t);
+  if (k_tail_ != 0 && kb == Kb_ - 1)
+    for (int64_t p = 0; p < 2 * OW; ++p) std::fill(y_pair + p * ocb + k_tail_, y_pair + (p + 1) * ocb, 0.f);
 }
 
 void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
@@ -718,7 +792,9 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
   DNNF_CHECK(x != nullptr && packed_w != nullptr && y != nullptr,
              "conv2d_nchwc: x, packed_w and y must not be null");
   if (k.winograd) return conv2d_winograd_nchwc(s, k, x, packed_w, bias, residual, act, y, par, epilogue, isa);
-  if (const int64_t floats = prepad_floats(s, k); floats > 0) {
+  // Two-row tiles read every tap of both rows, so a padded conv runs them on a padded copy.
+  const bool rows2 = conv_nchwc_two_row_tiles(s, k, isa), padded_conv = s.pad_h > 0 || s.pad_w > 0;
+  if (const int64_t floats = rows2 && padded_conv ? padded_copy_floats(s, k) : prepad_floats(s, k); floats > 0) {
     // Cheaper to pad the whole input once than to stage every edge tile's window for each of
     // the Kb output blocks (ResNet-50's 3x3 layers at 28x28, 14x14 and 7x7: 1-3% faster).
     thread_local std::vector<float> padded;
@@ -741,7 +817,8 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
   // Work items: (n, oc block, row, segment). A row is an output row, except for flat 1x1 convs
   // whose single "row" is the whole plane, cut into segments so that small-K layers still give
   // every thread work. Consecutive items share the oc block, so its weights stay in L2.
-  const int64_t rows = flat ? 1 : OH, P = flat ? OH * OW : OW;
+  // Two-row tiles: a "row" item is a pair of output rows (the last one alone when OH is odd).
+  const int64_t rows = flat ? 1 : rows2 ? ceil_div(OH, 2) : OH, P = flat ? OH * OW : OW;
   const int64_t nseg = flat ? balanced_segments(s.N * Kb, P, OH, k.reg_n, par.num_threads()) : 1;
   const int64_t items = s.N * Kb * rows * nseg;
   const bool spatial = conv_nchwc_spatial_split(s, k);
@@ -760,6 +837,8 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
       }
       const int64_t n = it / (nseg * rows * Kb);
       const int64_t p_begin = seg * P / nseg, p_end = (seg + 1) * P / nseg;
+      const bool pair = rows2 && 2 * row + 1 < OH;
+      if (rows2) row *= 2;
       const float* xn = x + n * x_img + (dw ? kb * s.H * s.W * ocb : 0);
       float* y_run = y + n * y_img + ((kb * OH + row) * OW + p_begin) * ocb;
       // This item's share of the next oc block's weights (items of one block run back to back,
@@ -767,11 +846,14 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
       // each block waits on memory for the whole weight slice.
       const bool prefetch = !dw && kb + 1 < Kb;
       const PrefetchShare item = prefetch ? prefetch_share(packed_w + (kb + 1) * w_blk, w_blk * 4,
-                                                           row * nseg + seg, rows * nseg)
+                                                           (rows2 ? row / 2 : row) * nseg + seg, rows * nseg)
                                           : PrefetchShare{};
-      rows_of.run(kb, row, p_begin, p_end, xn, 0, y_run, residual ? residual + (y_run - y) : nullptr,
-                  prefetch ? &item : nullptr, stage);
-      if (epilogue) epilogue(y_run, y_run - y, (p_end - p_begin) * ocb);
+      const float* res_run = residual ? residual + (y_run - y) : nullptr;
+      if (pair)
+        rows_of.run_pair(kb, row, xn, y_run, res_run, prefetch ? &item : nullptr);
+      else
+        rows_of.run(kb, row, p_begin, p_end, xn, 0, y_run, res_run, prefetch ? &item : nullptr, stage);
+      if (epilogue) epilogue(y_run, y_run - y, (pair ? 2 * OW : p_end - p_begin) * ocb);
     }
   });
 }

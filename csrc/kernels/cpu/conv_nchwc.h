@@ -109,6 +109,13 @@ int64_t nchwc_floats(int64_t N, int64_t C, int64_t H, int64_t W, int c_bn);
 // it read the whole input, half of it written on the other core. True for depthwise convs and
 // while the packed weights (which every thread then streams whole) stay under 1 MiB.
 bool conv_nchwc_spatial_split(const Conv2dShape& s, const ConvNchwcKnobs& k);
+// Whether conv2d_nchwc runs two whole output rows per register tile: a plain (not depthwise,
+// grouped or flat 1x1) conv with at least two output rows of at most reg_n / 2 positions (7x7
+// outputs with 14-position tiles) on an ISA with such a tile. A one-row tile there holds only OW
+// positions, so each weight vector brought from L2 feeds OW FMAs per channel; two rows double
+// that. Both rows read every tap, so a padded conv first copies its input with the padding made
+// explicit.
+bool conv_nchwc_two_row_tiles(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa = active_isa());
 // NCHW -> NCHW[c_bn]c (padded channels written as 0).
 void nchw_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, int c_bn, float* y,
                    const Parallel& par);

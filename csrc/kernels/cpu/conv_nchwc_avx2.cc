@@ -34,6 +34,14 @@ NchwcTileFn conv_tile_avx2(int oc_bn, int rn, bool k1, bool unroll) {
   }
 }
 
+NchwcTileFn conv_tile_rows2_avx2(int oc_bn, int h) {
+  switch (oc_bn) {
+    case 8: return pick_conv_tile_rows2<Ymm, 1, 6>(h);
+    case 16: return pick_conv_tile_rows2<Ymm, 2, 3>(h);
+    default: return nullptr;
+  }
+}
+
 NchwcTileFn dw_tile_avx2(int c_bn, int rn) {
   switch (c_bn) {
     case 8: return pick_dw_tile<Ymm, 1, 12>(rn);

@@ -63,6 +63,15 @@ NchwcTileFn conv_tile_avx512(int oc_bn, int rn, bool k1, bool unroll) {
   }
 }
 
+NchwcTileFn conv_tile_rows2_avx512(int oc_bn, int h) {
+  switch (oc_bn) {
+    case 8: return pick_conv_tile_rows2<Ymm, 1, 14>(h);
+    case 16: return pick_conv_tile_rows2<Zmm, 1, 14>(h);
+    case 32: return pick_conv_tile_rows2<Zmm, 2, 7>(h);
+    default: return nullptr;  // 64: 7 positions at most, one row
+  }
+}
+
 NchwcTileFn dw_tile_avx512(int c_bn, int rn) {
   switch (c_bn) {
     case 8: return pick_dw_tile<Ymm, 1, 28>(rn);

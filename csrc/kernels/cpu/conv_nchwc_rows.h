@@ -28,6 +28,10 @@ class ConvRows {
   // scratch for edge windows (grown on first use).
   void run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
            float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage) const;
+  // Two whole output rows, row and row + 1, of output block kb into y_pair (2 * OW positions),
+  // with one two-row tile. Only for convs without padding that two_row_tiles() accepts.
+  void run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,
+                const PrefetchShare* item) const;
   int64_t weight_block_floats() const { return w_blk_; }
 
  private:
@@ -41,6 +45,7 @@ class ConvRows {
   Activation act_;
   std::vector<float> bias_pad_;
   NchwcTileFn fns_[kMaxRn + 1] = {};
+  NchwcTileFn fn_rows2_ = nullptr;  // the two-row tile, when the conv runs them
 };
 
 }  // namespace dnnfusion::kernels::nchwc_detail

@@ -54,11 +54,12 @@ __attribute__((always_inline)) inline void prefetch_step(PrefetchStream& pf) {
 
 // One kernel tap (kh, kw) of a broadcast conv: for each input channel of the chunk, one weight
 // vector (NV registers) is reused by RN broadcast-FMAs, so weight loads are amortized over RN.
-template <class O, int NV, int RN>
+// H > 0: a two-row tile (NchwcTile::row_len == H), positions j >= H read x_row further on.
+template <class O, int NV, int RN, int H>
 __attribute__((always_inline)) inline void conv_tap(const float* __restrict xk,
                                                     const float* __restrict wk, int64_t ic_bn,
-                                                    int64_t x_pos, typename O::V (&acc)[RN][NV],
-                                                    PrefetchStream& pf) {
+                                                    int64_t x_pos, int64_t x_row,
+                                                    typename O::V (&acc)[RN][NV], PrefetchStream& pf) {
   using V = typename O::V;
   constexpr int L = O::L, OCB = NV * L;
   for (int64_t ic = 0; ic < ic_bn; ++ic) {
@@ -67,17 +68,19 @@ __attribute__((always_inline)) inline void conv_tap(const float* __restrict xk,
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) wv[v] = O::load(wk + ic * OCB + v * L);
     const float* xp = xk + ic;
+    const float* xp2 = xp + x_row;
 #pragma GCC unroll 32
     for (int j = 0; j < RN; ++j) {
-      const V xb = O::bcast(xp[j * x_pos]);
+      const V xb = O::bcast(H > 0 && j >= H ? xp2[(j - H) * x_pos] : xp[j * x_pos]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) acc[j][v] = O::fma(xb, wv[v], acc[j][v]);
     }
   }
 }
 
-// Loop order per tile: ic_chunk, kh, kw, ic, position (unrolled), oc lane vector.
-template <class O, int NV, int RN, bool K1, bool UNROLL>
+// Loop order per tile: ic_chunk, kh, kw, ic, position (unrolled), oc lane vector. H > 0: the
+// tile is two output rows of H positions each (RN == 2 * H).
+template <class O, int NV, int RN, bool K1, bool UNROLL, int H = 0>
 void conv_tile(const NchwcTile& t) {
   using V = typename O::V;
   constexpr int OCB = NV * O::L;
@@ -86,7 +89,7 @@ void conv_tile(const NchwcTile& t) {
   for (int j = 0; j < RN; ++j)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[j][v] = O::zero();
-  const int64_t ic_bn = t.ic_bn, x_pos = t.x_pos, w_kw = ic_bn * OCB;
+  const int64_t ic_bn = t.ic_bn, x_pos = t.x_pos, x_row = t.x_row, w_kw = ic_bn * OCB;
   const int64_t steps = t.n_cb * t.n_kh * t.n_kw * ic_bn;
   const int64_t every = t.pf_lines > 0 && steps > t.pf_lines ? steps / t.pf_lines : 1;
   PrefetchStream pf{t.pf, t.pf_lines, every, every};
@@ -95,7 +98,7 @@ void conv_tile(const NchwcTile& t) {
   for (int64_t cb = 0; cb < t.n_cb; ++cb, xc += t.x_cb, wc += t.w_cb) {
     const int64_t icn = cb + 1 == t.n_cb ? t.ic_last : ic_bn;
     if constexpr (K1) {
-      conv_tap<O, NV, RN>(xc, wc, icn, x_pos, acc, pf);
+      conv_tap<O, NV, RN, H>(xc, wc, icn, x_pos, x_row, acc, pf);
     } else {
       const float* xr = xc;
       const float* wr = wc;
@@ -103,11 +106,11 @@ void conv_tile(const NchwcTile& t) {
         if constexpr (UNROLL) {
 #pragma GCC unroll 8
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, acc, pf);
+            conv_tap<O, NV, RN, H>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, x_row, acc, pf);
         } else {
 #pragma GCC unroll 1
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, acc, pf);
+            conv_tap<O, NV, RN, H>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, x_row, acc, pf);
         }
       }
     }
@@ -161,6 +164,16 @@ NchwcTileFn pick_dw_tile(int rn) {
     return nullptr;
   } else {
     return rn == N ? &dw_tile<O, NV, N> : pick_dw_tile<O, NV, N - 1>(rn);
+  }
+}
+
+// Two-row tile of 2 * h positions (h in [1, N]); nullptr outside.
+template <class O, int NV, int N>
+NchwcTileFn pick_conv_tile_rows2(int h) {
+  if constexpr (N == 0) {
+    return nullptr;
+  } else {
+    return h == N ? &conv_tile<O, NV, 2 * N, false, true, N> : pick_conv_tile_rows2<O, NV, N - 1>(h);
   }
 }
 

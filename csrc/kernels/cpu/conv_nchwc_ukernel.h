@@ -40,6 +40,11 @@ struct NchwcTile {
   // would otherwise stream from memory at the start of that block).
   const char* pf = nullptr;
   int64_t pf_lines = 0;
+  // Two-row tiles (row_len > 0, rn == 2 * row_len): positions j >= row_len are the next output
+  // row's and read x[... + x_row + (j - row_len)*x_pos + ...] instead, so one weight vector feeds
+  // twice the positions of a narrow row (7x7 outputs) and streams from L2 half as often.
+  int row_len = 0;
+  int64_t x_row = 0;
 };
 
 using NchwcTileFn = void (*)(const NchwcTile& t);
@@ -50,6 +55,10 @@ using NchwcTileFn = void (*)(const NchwcTile& t);
 NchwcTileFn conv_tile_avx512(int oc_bn, int rn, bool k1, bool unroll);
 NchwcTileFn dw_tile_avx512(int c_bn, int rn);
 NchwcTileFn conv_tile_avx2(int oc_bn, int rn, bool k1, bool unroll);
+// Two-row tiles (not 1x1-flat, kw unrolled): 2 * h positions; nullptr when 2 * h exceeds the
+// ISA's reg_n for oc_bn.
+NchwcTileFn conv_tile_rows2_avx512(int oc_bn, int h);
+NchwcTileFn conv_tile_rows2_avx2(int oc_bn, int h);
 NchwcTileFn dw_tile_avx2(int c_bn, int rn);
 // The 1x1 tile (k1, no kw unroll) for (isa, oc_bn, rn) of any ISA, scalar included; defined in the
 // baseline file conv_nchwc.cc. The Winograd convolution runs its GEMMs with these.
