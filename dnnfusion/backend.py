@@ -24,6 +24,10 @@ from .report import GraphReport, publish, warn_fallback
 
 _warned = set()
 _SHAPE_CACHE_SIZE = 8
+# Lowerings a compiled graph keeps, one per set of parameter tensors it has run with: instances of
+# one model class share Dynamo's compiled code, so alternating between them must not lower the
+# graph again on every call (each lowering holds its own packed weights).
+_LOWERINGS_KEPT = 3
 
 
 def _warn_once(key, msg):
@@ -94,7 +98,9 @@ class _FrozenGraph:
     place (``load_state_dict``, ``p.copy_()`` under no_grad: its version counter moves) would
     otherwise leave the compiled graph computing with the old values. On such a change the graph
     is lowered again from a pristine copy with the new values, with a warning; ``p.data = t`` and
-    writes through ``p.data`` bypass both checks (as they bypass autograd)."""
+    writes through ``p.data`` bypass both checks (as they bypass autograd). The lowerings of the
+    last _LOWERINGS_KEPT sets of tensors are kept, so two instances of one model class (which
+    share Dynamo's compiled code) each keep theirs."""
 
     def __init__(self, aot_gm, placeholders, real, lower_fn, report):
         self.pristine = copy.deepcopy(aot_gm)
@@ -104,22 +110,36 @@ class _FrozenGraph:
         # value it had when compiled.
         written = _written_placeholders(aot_gm)
         self.positions = [i for i in sorted(real) if placeholders[i].name not in written]
+        self.kept = []  # (check, fn) per set of tensors, most recently used first
         self._freeze([real[i] for i in self.positions], aot_gm)
 
     def _freeze(self, tensors, gm):
-        self.check = _C.FrozenTensors(self.positions, tensors)
+        check = _C.FrozenTensors(self.positions, tensors)
         placeholders = list(gm.graph.find_nodes(op="placeholder"))
         frozen = {placeholders[i]: t.detach() for i, t in zip(self.positions, tensors)}
         self.report.frozen_numel = sum(t.numel() for t in tensors)
-        self.fn = self.lower_fn(gm, frozen)
+        self.check, self.fn = check, self.lower_fn(gm, frozen)
+        self.kept.insert(0, (self.check, self.fn))
+        del self.kept[_LOWERINGS_KEPT:]
+
+    def _switch(self, args):
+        for i, (check, fn) in enumerate(self.kept):
+            if check.unchanged(args):  # a set of tensors this graph has run with before
+                self.kept.insert(0, self.kept.pop(i))
+                self.check, self.fn = check, fn
+                return
+        # Tensors updated in place: their old lowering can never match again.
+        self.kept = [e for e in self.kept if not e[0].same_tensors(args)]
+        _warn_once("refreeze", "dnnfusion: a parameter or buffer changed after compiling (a new tensor, an "
+                               "in-place update, or another instance of the same model class); compiling the "
+                               f"graph for the new values (the last {_LOWERINGS_KEPT} sets are kept)")
+        self.report.notes.append("parameters changed after compiling: graph recompiled with the new values")
+        self.report.clear_lowering()  # the new lowering reports it again
+        self._freeze([args[p] for p in self.positions], copy.deepcopy(self.pristine))
 
     def __call__(self, *args):
         if not self.check.unchanged(args):
-            _warn_once("refreeze", "dnnfusion: a parameter or buffer changed after compiling (a new tensor, or "
-                                   "an in-place update); recompiling the graph with the new values")
-            self.report.notes.append("parameters changed after compiling: graph recompiled with the new values")
-            self.report.clear_lowering()  # the new lowering reports it again
-            self._freeze([args[p] for p in self.positions], copy.deepcopy(self.pristine))
+            self._switch(args)
         return self.fn(*args)
 
 

@@ -319,6 +319,13 @@ class FrozenTensors {
     }
     return true;
   }
+  // The same tensor objects at every position, whatever their versions.
+  bool same_tensors(const py::tuple& args) const {
+    const auto n = static_cast<int64_t>(PyTuple_GET_SIZE(args.ptr()));
+    for (size_t i = 0; i < positions_.size(); ++i)
+      if (positions_[i] >= n || PyTuple_GET_ITEM(args.ptr(), positions_[i]) != tensors_[i].ptr()) return false;
+    return true;
+  }
 
  private:
   std::vector<int64_t> positions_;
@@ -329,7 +336,8 @@ class FrozenTensors {
 void bind_frozen(py::module_& m) {
   py::class_<FrozenTensors>(m, "FrozenTensors")
       .def(py::init<std::vector<int64_t>, const py::sequence&>(), py::arg("positions"), py::arg("tensors"))
-      .def("unchanged", &FrozenTensors::unchanged, py::arg("args"));
+      .def("unchanged", &FrozenTensors::unchanged, py::arg("args"))
+      .def("same_tensors", &FrozenTensors::same_tensors, py::arg("args"));
 }
 
 // ---- pruning scores (csrc/prune): float32 CPU tensors cross as pointer + shape, no copies ----

@@ -340,6 +340,32 @@ def test_changed_parameters_after_compiling_are_used_not_the_frozen_ones(fast):
         torch.testing.assert_close(f(x), m(x), rtol=1e-4, atol=1e-5)  # and unchanged again
 
 
+def test_instances_of_one_model_class_keep_their_own_lowering(monkeypatch):
+    """Dynamo runs two instances of one class through the same compiled code (their parameters
+    are inputs): each keeps its lowering instead of the graph being lowered again at every switch,
+    and an in-place update of one instance is still seen."""
+    from dnnfusion import lowering
+
+    torch._dynamo.reset()
+    lowered = []
+    orig = lowering.lower
+    monkeypatch.setattr(lowering, "lower", lambda *a, **k: lowered.append(1) or orig(*a, **k))
+    a, b = ConvNet().eval(), ConvNet().eval()
+    fa, fb = torch.compile(a, backend="dnnfusion"), torch.compile(b, backend="dnnfusion")
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for _ in range(3):
+            torch.testing.assert_close(fa(x), a(x), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(fb(x), b(x), rtol=1e-4, atol=1e-5)
+        assert len(lowered) == 2
+        a.load_state_dict(ConvNet().state_dict())  # in place: a's old lowering is stale
+        for _ in range(2):
+            torch.testing.assert_close(fa(x), a(x), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(fb(x), b(x), rtol=1e-4, atol=1e-5)
+        assert len(lowered) == 3
+
+
 @pytest.mark.parametrize("bad", [1, "yes", None])
 def test_fast_guards_option_must_be_bool(bad):
     with pytest.raises(ValueError, match="fast_guards"):
