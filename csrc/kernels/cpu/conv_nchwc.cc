@@ -150,14 +150,15 @@ bool conv_nchwc_two_row_tiles(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa
 
 namespace {
 
-// Floats of the zero-padded input copy conv2d_nchwc makes for a padded broadcast conv over a
-// batch, or 0 when staging the edge tiles costs less. Per output block, each row stages the
-// windows of its tiles that reach into the width padding (Cb x R x window columns x ic_bn floats
-// each); the padded copy writes the input once, and tile-free rows above and below need no copy.
+// Floats of the input copy with its padding made explicit (pad_nchwc).
 int64_t padded_copy_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   return s.N * ceil_div(s.C, k.ic_bn) * (s.H + 2 * s.pad_h) * (s.W + 2 * s.pad_w) * k.ic_bn;
 }
 
+// Floats of the zero-padded input copy conv2d_nchwc makes for a padded broadcast conv over a
+// batch, or 0 when staging the edge tiles costs less. Per output block, each row stages the
+// windows of its tiles that reach into the width padding (Cb x R x window columns x ic_bn floats
+// each); the padded copy writes the input once, and tile-free rows above and below need no copy.
 int64_t prepad_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   // One image: the copy is an extra pass and barrier in a short layer, and staging won. Measured
   // in-process, batch 1, 2 threads: resnet18 12.19 -> 11.94 and 11.97 -> 11.70 ms, resnet50
@@ -601,7 +602,8 @@ ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const
   // steps instead of S loops of C (cache-hot, 2 threads: 3 -> 16 3x3/2 at 224 55 -> 49 us,
   // 3 -> 64 3x3 at 224 584 -> 560 us, the 7x7/2 ResNet stem within noise).
   merge_kw_ = !dw_ && !group_span_ && !flat_ && Cb_ == 1 && icb_ == s.C && s.dil_w == 1 && S > 1;
-  if (s.pad_h == 0 && s.pad_w == 0 && conv_nchwc_two_row_tiles(s, k, isa)) fn_rows2_ = tile_fn_rows2(isa, k.oc_bn, s.OW());
+  if (s.pad_h == 0 && s.pad_w == 0 && conv_nchwc_two_row_tiles(s, k, isa))
+    fn_rows2_ = tile_fn_rows2(isa, k.oc_bn, s.OW());
 }
 
 void ConvRows::run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,

@@ -132,10 +132,10 @@ void nchwc_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, 
 // element is read before its own store). y must not overlap x or packed_w. Postcondition: every
 // element of y written, padded channels 0 (before the epilogue runs).
 // Epilogue (optional): called once per contiguous run of one oc block's output positions (an
-// output row; for 1x1 stride-1 unpadded convs a segment of the flattened plane), after the run is
-// stored, on any worker: data = &y[start], count = positions * oc_bn, start = the linear index in
-// the blocked [N][Kb][OH][OW][oc_bn] layout. Padded lanes are included; every y element is passed
-// exactly once.
+// output row, two for two-row tiles; for 1x1 stride-1 unpadded convs a segment of the flattened
+// plane), after the run is stored, on any worker: data = &y[start], count = positions * oc_bn,
+// start = the linear index in the blocked [N][Kb][OH][OW][oc_bn] layout. Padded lanes are
+// included; every y element is passed exactly once.
 // Work split: see conv_nchwc_spatial_split.
 // Throws dnnfusion::Error (conv_nchwc_check) on unsupported shapes or invalid knobs for isa.
 void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,

@@ -29,7 +29,7 @@ class ConvRows {
   void run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
            float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage) const;
   // Two whole output rows, row and row + 1, of output block kb into y_pair (2 * OW positions),
-  // with one two-row tile. Only for convs without padding that two_row_tiles() accepts.
+  // with one two-row tile. Only for convs without padding that conv_nchwc_two_row_tiles accepts.
   void run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,
                 const PrefetchShare* item) const;
   int64_t weight_block_floats() const { return w_blk_; }
