@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -234,6 +235,46 @@ TEST(FusionHookGemm, BatchedWithPaddedStrides) {
     // Large enough per entry that two threads split each entry's columns or rows.
     check_gemm(rng, 3, 64, 200, 96, kTwo);
     check_gemm(rng, 2, 300, 20, 96, kTwo);
+  }
+}
+
+// Weights packed once (sgemm_packed_b, the compiled models' linear layers): its own blocking
+// (column blocks of 96, K blocks of 512 on AVX-512), rows of bands spanning several tiles and
+// edge tiles; every element goes through the hook exactly once, after its last K block.
+TEST(FusionHookGemm, PackedWeightsEveryIsa) {
+  announce_seed();
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 102);
+  const int64_t shapes[][3] = {{1, 40, 16}, {13, 33, 17}, {30, 250, 600}, {100, 97, 64}, {7, 1000, 40}};
+  for (kernels::Isa isa : testing::isas_to_test()) {
+    testing::IsaGuard guard(isa);
+    SCOPED_TRACE(kernels::isa_name(isa));
+    const int nr = kernels::sgemm_panel_width();
+    int t = 0;
+    for (const auto& sh : shapes) {
+      const int64_t M = sh[0], N = sh[1], K = sh[2], ldc = N + 2;
+      SCOPED_TRACE(::testing::Message() << "M=" << M << " N=" << N << " K=" << K);
+      const auto A = testing::random_vec(rng, static_cast<size_t>(M * K));
+      const auto B = testing::random_vec(rng, static_cast<size_t>(K * N));
+      const auto col_bias = testing::random_vec(rng, static_cast<size_t>(N));
+      std::vector<float> Bp(static_cast<size_t>(kernels::sgemm_packed_b_floats(K, N, nr)) + 16);
+      float* bp = Bp.data() + (16 - reinterpret_cast<uintptr_t>(Bp.data()) / 4 % 16) % 16;  // 64-byte aligned
+      kernels::sgemm_pack_b(K, N, {B.data(), N, 1}, nr, bp);
+      GemmEpilogue ep;
+      ep.bias_mode = GemmEpilogue::Bias::PerCol;
+      ep.bias = col_bias.data();
+      ep.act = Activation::Relu;
+      std::vector<float> C(static_cast<size_t>(M * ldc), 0.f), R = C;
+      kernels::sgemm_packed_b(M, N, K, {A.data(), K, 1}, bp, nr, R.data(), ldc, ep, pick(t), nullptr);
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) R[i * ldc + j] = epi_fn(R[i * ldc + j], i * N + j);
+      const float* base = C.data();
+      Probe probe(M * N, false, [=](int64_t k) { return base + (k / N) * ldc + k % N; });
+      const ElementHook hook = probe.hook();
+      kernels::sgemm_packed_b(M, N, K, {A.data(), K, 1}, bp, nr, C.data(), ldc, ep, pick(t++), &hook);
+      EXPECT_TRUE(probe.exactly_once());
+      EXPECT_TRUE(same(C, R));
+    }
   }
 }
 
