@@ -110,7 +110,9 @@ class _FrozenGraph:
         # value it had when compiled.
         written = _written_placeholders(aot_gm)
         self.positions = [i for i in sorted(real) if placeholders[i].name not in written]
-        self.kept = []  # (check, fn) per set of tensors, most recently used first
+        # (check, fn) per set of tensors, most recently used first; self.check / self.fn are
+        # kept[0]'s, read directly on every call.
+        self.kept = []
         self._freeze([real[i] for i in self.positions], aot_gm)
 
     def _freeze(self, tensors, gm):
@@ -125,7 +127,7 @@ class _FrozenGraph:
         del self.kept[_LOWERINGS_KEPT:]
 
     def _switch(self, args):
-        for i, (check, fn) in enumerate(self.kept):
+        for i, (check, fn) in enumerate(self.kept[1:], start=1):  # kept[0] just failed
             if check.unchanged(args):  # a set of tensors this graph has run with before
                 self.kept.insert(0, self.kept.pop(i))
                 self.check, self.fn = check, fn

@@ -315,21 +315,23 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa) {
     k.unroll_ker = true;
     return k;
   }
+  // The knobs of a two-row 32-lane tile, with the ic_bn chosen below for a 32-lane block.
+  const ConvNchwcKnobs two_rows{s.C < 32 ? static_cast<int>(s.C) : 32, 32, static_cast<int>(2 * s.OW()), true};
   if (isa == Isa::Avx2 && s.K > 8) {
     // Two ymm per position x 6 positions (12 accumulators): one broadcast per two FMAs; one ymm x
     // 12 positions needs a broadcast per FMA and measured ~35% slower on ResNet-50.
     k.oc_bn = 16;
     k.reg_n = 6;
-  } else if (isa == Isa::Avx512 && !dw && s.R * s.S > 1 && s.OW() <= 7 && s.OH() >= 2 && s.K > 16 &&
-             nchwc_block_fits(s.K, 32)) {
-    // Output rows of at most 7 positions (ResNet's last stage): two rows per tile
-    // (conv_nchwc_two_row_tiles), two zmm x 2 * OW positions, so each weight vector fetched from
+  } else if (isa == Isa::Avx512 && s.R * s.S > 1 && s.K > 16 && nchwc_block_fits(s.K, 32) &&
+             conv_nchwc_two_row_tiles(s, two_rows, isa)) {
+    // Output rows of at most 7 positions (ResNet's last stage): two rows per tile, two zmm x
+    // 2 * OW positions (whatever the predicate accepts), so each weight vector fetched from
     // L2 feeds twice the FMAs of a one-row 64 x 7 tile. Measured on a Xeon, 2 threads: with
     // weights hot, 512 -> 512 3x3 at 7x7 63.5 -> 69.4% of the FMA peak, the stride-2 one from
     // 14x14 47.5 -> 55.4%; whole models interleaved in one process, resnet50 29.0 -> 28.4 ms
     // (batch 1) and 188.8 -> 185.2 ms (batch 8), resnet18 10.48 -> 10.27 ms, outputs identical.
     k.oc_bn = 32;
-    k.reg_n = static_cast<int>(2 * s.OW());
+    k.reg_n = two_rows.reg_n;
   } else if (isa == Isa::Avx512 && s.K % 64 == 0 && (!is_flat(s) || s.C <= 512)) {
     // Four zmm per position x 7 positions (28 accumulators + 4 weight vectors): a broadcast feeds
     // four FMAs instead of two. Measured interleaved against 32 x 7 (2 threads, Xeon, AVX-512):
