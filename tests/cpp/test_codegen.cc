@@ -4,7 +4,10 @@
 // Many-to-Many blocks with prologue/epilogue hooks, and the on-disk kernel cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <random>
 
@@ -209,6 +212,46 @@ TEST(Codegen, ShortInnerDimensionLoopsWalkTheLastTwoDims) {
     g.set_outputs({f(g, "relu", {p}, {1, 1, 30, 31, 16})});
     expect_same(g, {rnd(rng, 16 * 30 * 31)}, {{0, 1, 2}}, 1);
   }
+}
+
+// The prelude's erf (a rational fit, clamped) against the C library in double: every value of a
+// dense sweep of [-8, 8] plus the edges (+-0, +-inf, NaN, huge, tiny), through both erf and the
+// erf-GELU that uses it in generated code.
+TEST(Codegen, PreludeErfAndGeluMatchTheLibraryOverTheWholeRange) {
+  std::vector<float> xs;
+  for (int i = -80000; i <= 80000; ++i) xs.push_back(static_cast<float>(i) * 1e-4f);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float v : {0.f, -0.f, inf, -inf, 1e30f, -1e30f, 1e-30f, -1e-30f, 3.99999f, 4.00001f, -3.99999f, 4e4f})
+    xs.push_back(v);
+  xs.push_back(std::numeric_limits<float>::quiet_NaN());
+  const int64_t n = static_cast<int64_t>(xs.size());
+  Graph g;
+  int x = g.add_input({n}, DType::Float32, "x");
+  int e = g.node(g.add_node("erf", {x}, {{{n}, DType::Float32}}, {})).outputs[0];
+  int ge = g.node(g.add_node("gelu", {x}, {{{n}, DType::Float32}}, {})).outputs[0];
+  g.set_outputs({e, ge});
+  codegen::CodegenResult cg = codegen::generate_program(g, make_plan(g, {{0, 1}}));
+  ::Run got = run_graph(g, {xs}, std::move(cg.program));
+  ASSERT_NE(cg.source.find("dnnf_erf("), std::string::npos) << cg.source;
+  double worst_erf = 0, worst_gelu = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = xs[i], ref_erf = std::erf(v), ref_gelu = 0.5 * v * (1.0 + std::erf(v / std::sqrt(2.0)));
+    const float ge_got = got.outs[1][i], e_got = got.outs[0][i];
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(e_got) && std::isnan(ge_got)) << "NaN must propagate";
+      continue;
+    }
+    ASSERT_LE(std::fabs(e_got), 1.f) << "erf(" << v << ") = " << e_got << " leaves [-1, 1]";
+    worst_erf = std::max(worst_erf, std::fabs(e_got - ref_erf));
+    if (std::isinf(v)) {
+      EXPECT_EQ(e_got, v > 0 ? 1.f : -1.f);  // gelu(+-inf) is inf * 0 somewhere; torch itself gives NaN
+    } else {
+      // Absolute near 0, relative for large |x| (where gelu(x) ~ x).
+      worst_gelu = std::max(worst_gelu, std::fabs(ge_got - ref_gelu) / std::max(1.0, std::fabs(v)));
+    }
+  }
+  EXPECT_LT(worst_erf, 5e-7);
+  EXPECT_LT(worst_gelu, 5e-7);
 }
 
 TEST(Codegen, NonViewableReshapeIsMaterializedInsideTheBlock) {
