@@ -447,8 +447,11 @@ TEST(ConvNchwc, ScaledInputMatchesScaledActivation) {
   SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 rng(testing::test_seed() + 304);
   const float nan = std::numeric_limits<float>::quiet_NaN();
+  // The last two: a padded 3x3 with 7-wide rows (two-row tiles on a padded copy, where the ISA
+  // has them) and a 1x1 projection with K off the block, four images on their own weight copies.
   const Conv2dShape shapes[] = {shape(2, 24, 6, 7, 40, 1, 1, 1, 0), shape(3, 20, 5, 6, 16, 3, 3, 1, 1),
-                                shape(2, 32, 9, 9, 64, 3, 3, 2, 1)};
+                                shape(2, 32, 9, 9, 64, 3, 3, 2, 1), shape(3, 40, 7, 7, 36, 3, 3, 1, 1),
+                                shape(4, 48, 14, 14, 20, 1, 1, 1, 0)};
   for (Isa isa : testing::isas_to_test())
     for (const auto& s : shapes)
       for (int64_t scale_batch : {int64_t{1}, s.N}) {

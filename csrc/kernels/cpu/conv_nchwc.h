@@ -143,9 +143,10 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
                   float* y, const Parallel& par, ElementHook epilogue = {},
                   Isa isa = active_isa());
 
-// conv2d_nchwc of (x * in_scale) without materializing the product: per image, the packed
+// conv2d_nchwc of (x * in_scale) without materializing the product: per scale, the packed
 // weights' input-channel rows are scaled (conv(x * s, w) = conv(x, w * s) per input channel, zero
-// padding included) into a per-thread scratch copy, then conv2d_nchwc runs on that image. Pays
+// padding included) into a scratch copy per image (one when a single scale serves them all), then
+// the direct conv runs once over the batch, image n on its own copy. Pays
 // when the weights are smaller than the activation (a squeeze-and-excitation gate feeding the
 // projection conv: K x C weights against H x W x C activations). in_scale: NCHW[ic_bn]c-blocked
 // [N or 1][ceil(C/ic_bn)][1][1][ic_bn] (scale_batch: 1 when one scale serves every image, else N);

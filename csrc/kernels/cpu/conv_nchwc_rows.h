@@ -26,12 +26,15 @@ class ConvRows {
   // inside the image are read. res_run: the residual at y_run's positions, or null. item: this
   // run's share of weights to prefetch into L2 while it computes, or null. stage: per-thread
   // scratch for edge windows (grown on first use).
+  // w: the weights to use, packed_w unless the caller runs a different set per image (null:
+  // packed_w).
   void run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
-           float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage) const;
+           float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage,
+           const float* w = nullptr) const;
   // Two whole output rows, row and row + 1, of output block kb into y_pair (2 * OW positions),
   // with one two-row tile. Only for convs without padding that conv_nchwc_two_row_tiles accepts.
   void run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,
-                const PrefetchShare* item) const;
+                const PrefetchShare* item, const float* w = nullptr) const;
   int64_t weight_block_floats() const { return w_blk_; }
 
  private:
