@@ -20,7 +20,12 @@
 // the tile conv_winograd_tile picks, and prints each one's max error relative to the output's
 // magnitude (against conv2d_nchw).
 //
-//   dnnfusion_conv_bench [THREADS=2] [gemm | winograd]
+// `dnnfusion_conv_bench THREADS mobile` instead times the layer kinds of the mobile networks
+// (mobilenet_v2 / v3, efficientnet_b0): depthwise 3x3 and 5x5 (stride 1 and 2) and 1x1 expand /
+// project convs, batch 1 and 8, default knobs, in GFLOP/s and % of the peak, plus GB/s of the
+// tensors read and written once (depthwise convs are bound by those bytes, not by FMAs).
+//
+//   dnnfusion_conv_bench [THREADS=2] [gemm | winograd | mobile]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -173,6 +178,31 @@ const Layer kLayers[] = {
     {"l4 3x3 512->512 @7", conv(512, 7, 512, 3, 1, 1)},
 };
 
+Conv2dShape batched(Conv2dShape s, int64_t n) {
+  s.N = n;
+  return s;
+}
+
+Conv2dShape depthwise(int64_t C, int64_t HW, int64_t RS, int64_t stride) {
+  Conv2dShape s = conv(C, HW, C, RS, stride, RS / 2);
+  s.groups = C;
+  return s;
+}
+
+// The layer kinds of mobilenet_v2 / v3 and efficientnet_b0 (224x224), timed at batch 1 and 8.
+const Layer kMobileLayers[] = {
+    {"dw 3x3 144 @56", depthwise(144, 56, 3, 1)},
+    {"dw 3x3/2 96 @112", depthwise(96, 112, 3, 2)},
+    {"dw 3x3 240 @28", depthwise(240, 28, 3, 1)},
+    {"dw 5x5 672 @14", depthwise(672, 14, 5, 1)},
+    {"dw 3x3 960 @7", depthwise(960, 7, 3, 1)},
+    {"1x1 24->144 @56", conv(24, 56, 144, 1, 1, 0)},
+    {"1x1 240->40 @28", conv(240, 28, 40, 1, 1, 0)},
+    {"1x1 672->112 @14", conv(672, 14, 112, 1, 1, 0)},
+    {"1x1 112->672 @14", conv(112, 14, 672, 1, 1, 0)},
+    {"1x1 960->160 @7", conv(960, 7, 160, 1, 1, 0)},
+};
+
 std::string knobs_str(const ConvNchwcKnobs& k) {
   char b[64];
   std::snprintf(b, sizeof b, "ic%d oc%d rn%d %s", k.ic_bn, k.oc_bn, k.reg_n, k.unroll_ker ? "U" : "-");
@@ -202,10 +232,10 @@ struct Bench {
       for (auto& e : v) e = d(rng);
     };
     fill(x, s.N * s.C * s.H * s.W);
-    fill(w, s.K * s.C * s.R * s.S);
+    fill(w, s.K * (s.C / s.groups) * s.R * s.S);
     fill(bias, s.K);
     y_ref.resize(static_cast<size_t>(s.N * s.K * s.OH() * s.OW()));
-    flops = 2.0 * s.N * s.K * s.OH() * s.OW() * s.C * s.R * s.S;
+    flops = 2.0 * s.N * s.K * s.OH() * s.OW() * (s.C / s.groups) * s.R * s.S;
   }
 
   double time_nchw() {
@@ -443,6 +473,29 @@ void winograd_section(dnnfusion::runtime::ThreadPool& pool, std::mt19937_64& rng
   }
 }
 
+void mobile_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19937_64& rng) {
+  std::printf("# mobile-network layers, ReLU epilogue, bias, default knobs, median time\n");
+  std::printf("%-24s %5s %9s | %9s %8s %5s %7s %-18s | %8s\n", "layer", "batch", "MFLOP", "us", "GFLOP/s", "%pk",
+              "GB/s", "knobs", "maxerr");
+  const Isa isa = dnnfusion::kernels::active_isa();
+  for (const auto& L : kMobileLayers)
+    for (int64_t n : {1, 8}) {
+      const Conv2dShape s = batched(L.s, n);
+      Bench b(s, pool, rng);
+      b.time_nchw();  // fills y_ref
+      const ConvNchwcKnobs k = dnnfusion::kernels::conv_nchwc_default_knobs(s, isa);
+      double err = 0;
+      const double t = b.time_nchwc(k, &err);
+      const double bytes = 4.0 * (s.N * s.C * s.H * s.W + s.N * s.K * s.OH() * s.OW() +
+                                  s.K * (s.C / s.groups) * s.R * s.S);
+      const double gf = b.flops / t * 1e-9;
+      std::printf("%-24s %5lld %9.1f | %9.1f %8.1f %5.1f %7.1f %-18s | %8.1e\n", L.name, static_cast<long long>(n),
+                  b.flops * 1e-6, t * 1e6, gf, peak > 0 ? 100 * gf / peak : 0.0, bytes / t * 1e-9,
+                  knobs_str(k).c_str(), err);
+      std::fflush(stdout);
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -458,6 +511,11 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "gemm") {  // `dnnfusion_conv_bench T gemm`: the GEMM table only
     std::mt19937_64 grng(12345);
     gemm_section(pool, peak, grng);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "mobile") {
+    std::mt19937_64 mrng(12345);
+    mobile_section(pool, peak, mrng);
     return 0;
   }
   if (argc > 2 && std::string(argv[2]) == "winograd") {
