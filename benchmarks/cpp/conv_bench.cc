@@ -238,11 +238,14 @@ struct Bench {
     flops = 2.0 * s.N * s.K * s.OH() * s.OW() * (s.C / s.groups) * s.R * s.S;
   }
 
+  // y_ref = the NCHW conv (im2col GEMM), the reference every blocked run is checked against.
+  void reference() {
+    dnnfusion::kernels::conv2d_nchw(s, x.data(), w.data(), bias.data(), y_ref.data(), Activation::Relu, nullptr,
+                                    pool);
+  }
+
   double time_nchw() {
-    return time_median([&] {
-      dnnfusion::kernels::conv2d_nchw(s, x.data(), w.data(), bias.data(), y_ref.data(),
-                                      Activation::Relu, nullptr, pool);
-    });
+    return time_median([&] { reference(); });
   }
 
   // Seconds for one conv2d_nchwc call with knobs k; *err = max |y - y_ref|.
@@ -482,7 +485,7 @@ void mobile_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19
     for (int64_t n : {1, 8}) {
       const Conv2dShape s = batched(L.s, n);
       Bench b(s, pool, rng);
-      b.time_nchw();  // fills y_ref
+      b.reference();
       const ConvNchwcKnobs k = dnnfusion::kernels::conv_nchwc_default_knobs(s, isa);
       double err = 0;
       const double t = b.time_nchwc(k, &err);
