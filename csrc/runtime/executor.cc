@@ -264,9 +264,18 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
       continue;
     }
     const Node& n = g.node(s.node);
-    KernelCall call{g, n, {}, {}, scratch, *pool_};
+    KernelCall call{g, n, std::move(b.in), std::move(b.out), scratch, *pool_};
     call.device = device;
-    call.in.reserve(n.inputs.size());
+    struct GiveBack {  // the buffers go back to the step for its next call, exceptions included
+      KernelCall& c;
+      Bound& b;
+      ~GiveBack() {
+        b.in = std::move(c.in);
+        b.out = std::move(c.out);
+      }
+    } give_back{call, b};
+    call.in.clear();
+    call.out.clear();
     for (int v : n.inputs) call.in.push_back(v < 0 ? nullptr : resolve(loc_[v], inputs, outputs));
     for (int v : n.outputs) call.out.push_back(resolve(loc_[v], inputs, outputs));
     for (const auto& iv : s.input_views)

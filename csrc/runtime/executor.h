@@ -74,6 +74,8 @@ class Executable {
     std::vector<const void*> ptrs;  // pointer table of step.args, refilled per call
     kernels::ElementHook epi, pro;
     std::vector<std::vector<int64_t>> in_strides;  // per node input, from step.input_views
+    std::vector<const void*> in;  // KernelCall::in / out, kept between calls (no allocation per step)
+    std::vector<void*> out;
     double total_ns = 0;  // DNNFUSION_STEP_PROFILE=1: time spent in this step over all calls
   };
   void* resolve(const Loc& l, const std::vector<const void*>& in, const std::vector<void*>& out) const;

@@ -569,6 +569,19 @@ void nchwc_to_nchwc(const float* x, int64_t N, int64_t C, int64_t H, int64_t W, 
 
 namespace nchwc_detail {
 
+namespace {
+// Zeroes lanes [from, ocb) of `positions` consecutive ocb-lane positions. A plain loop: GCC turns
+// a per-position std::fill into a memset call for a few floats each (8 per position for 72 or
+// 120 channels in 16-lane blocks), ~1% of mobilenet_v3_large's call in calls alone (perf).
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("no-tree-loop-distribute-patterns")))
+#endif
+void zero_padded_lanes(float* y, int64_t positions, int64_t ocb, int64_t from) {
+  for (int64_t p = 0; p < positions; ++p, y += ocb)
+    for (int64_t c = from; c < ocb; ++c) y[c] = 0.f;
+}
+}  // namespace
+
 static_assert(kScalarMaxRegN <= 32, "ConvRows::fns_ holds reg_n up to 32");
 
 ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const float* packed_w,
@@ -641,7 +654,7 @@ void ConvRows::run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair,
   }
   fn_rows2_(t);
   if (k_tail_ != 0 && kb == Kb_ - 1)
-    for (int64_t p = 0; p < 2 * OW; ++p) std::fill(y_pair + p * ocb + k_tail_, y_pair + (p + 1) * ocb, 0.f);
+    zero_padded_lanes(y_pair, 2 * OW, ocb, k_tail_);
 }
 
 void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
@@ -767,7 +780,7 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
     p0 += rn;
   }
   if (k_tail_ != 0 && kb == Kb_ - 1)
-    for (int64_t p = 0; p < cnt; ++p) std::fill(y_run + p * ocb + k_tail_, y_run + (p + 1) * ocb, 0.f);
+    zero_padded_lanes(y_run, cnt, ocb, k_tail_);
 }
 
 }  // namespace nchwc_detail
