@@ -108,7 +108,7 @@ void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows,
     if (t.causal)
       for (int64_t j = std::max<int64_t>(i + 1, 0); j < Lk; ++j) s[j] = kNegInf;
     if (avx512 && Lk > 0) {
-      const float row_lse = attention_detail::softmax_row_avx512(s, Lk);
+      const float row_lse = attention_detail::softmax_row_avx512(s, Lk, t.lse != nullptr);
       if (t.lse) t.lse[(b * t.H + h) * t.Lq + i] = row_lse;
       continue;
     }

@@ -9,7 +9,9 @@ namespace dnnfusion::kernels::attention_detail {
 // In place over s[0, n), n >= 1: s = exp(s - max) / sum(exp(s - max)); returns the row's
 // logsumexp. A NaN anywhere makes the whole row (and the result) NaN, as torch's softmax does;
 // a row of only -inf (every key masked out) becomes 0 with logsumexp -inf (_safe_softmax).
+// want_lse false: a row's logsumexp is not computed and 0 is returned (the NaN and all-masked
+// rows still return NaN and -inf).
 // Only call when the CPU has AVX-512.
-float softmax_row_avx512(float* s, int64_t n);
+float softmax_row_avx512(float* s, int64_t n, bool want_lse);
 
 }  // namespace dnnfusion::kernels::attention_detail

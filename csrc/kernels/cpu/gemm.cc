@@ -92,7 +92,8 @@ const UkInfo& select_ukernel() {
 
 // dst[k*ld + i] = alpha * src_i[k] for i < 4, k < n, where src_i = src + i*stride: four
 // contiguous source lines written as 4-float rows of a panel, through SSE 4x4 transposes
-// (baseline x86-64). Packs both A (rows of a row-major A) and a column-major B (K^T in attention).
+// (baseline x86-64). Packs both A (rows of a row-major A) and a column-major B (K^T in attention)
+// where the ISA's micro-kernel brings no wider transpose (UkInfo::transpose_lines).
 void transpose_4_lines(const float* src, int64_t stride, int64_t n, float alpha, float* dst, int64_t ld) {
   const float *s0 = src, *s1 = s0 + stride, *s2 = s1 + stride, *s3 = s2 + stride;
   int64_t k = 0;
@@ -128,7 +129,10 @@ void pack_a(MatrixView A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, int mr
       // Row-major A, 4 rows at a time: contiguous loads along each row, contiguous stores into
       // the panel (the scalar lockstep walk below ran at ~2 GB/s and cost attention, whose GEMMs
       // pack a fresh A for every head).
-      for (int r = 0; r < mr; r += 4) transpose_4_lines(base + r * A.rs, A.rs, kc, alpha, dst + r, mr);
+      if (const TransposeFn t = select_ukernel().transpose_lines; t && mr <= 16)
+        t(base, A.rs, mr, kc, alpha, dst, mr);
+      else
+        for (int r = 0; r < mr; r += 4) transpose_4_lines(base + r * A.rs, A.rs, kc, alpha, dst + r, mr);
     } else if (A.cs == 1 && rows == mr) {
       // Row-major A: walk the mr rows in lockstep so the panel is written contiguously (a row at a
       // time with strided stores runs several times slower).
@@ -389,7 +393,10 @@ void pack_b_strided(MatrixView B, int64_t k0, int64_t kc, int64_t j0, int64_t nc
       // Column-major B (e.g. K^T in attention): walk the nr columns in lockstep so the panel is
       // written contiguously.
       // 4 columns at a time (a per-element gather ran at a few GB/s).
-      for (int q = 0; q < nr; q += 4) transpose_4_lines(base + q * B.cs, B.cs, kc, 1.f, dst + q, nr);
+      if (const TransposeFn t = select_ukernel().transpose_lines; t && nr % 16 == 0)
+        for (int q = 0; q < nr; q += 16) t(base + q * B.cs, B.cs, 16, kc, 1.f, dst + q, nr);
+      else
+        for (int q = 0; q < nr; q += 4) transpose_4_lines(base + q * B.cs, B.cs, kc, 1.f, dst + q, nr);
       continue;
     }
     for (int64_t k = 0; k < kc; ++k) {

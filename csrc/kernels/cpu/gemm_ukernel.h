@@ -31,6 +31,12 @@ struct UkArgs {
 using UkFn = void (*)(int64_t kc, const float* Ap, const float* Bp, float* C, int64_t ldc,
                       const UkArgs& args);
 
+// dst[k*ld + i] = alpha * src[i*stride + k] for i < lines (1..16), k < n: up to 16 contiguous
+// source lines written as the rows of a packed panel (A's rows; a column-major B such as K^T in
+// attention).
+using TransposeFn = void (*)(const float* src, int64_t stride, int lines, int64_t n, float alpha, float* dst,
+                             int64_t ld);
+
 struct UkInfo {
   int mr, nr;
   UkFn fn;
@@ -41,6 +47,7 @@ struct UkInfo {
   // Blocking when B comes pre-packed (weights; 0: kc / nc). No B packing to amortize there, so the
   // block can be as small as keeping it and the next (prefetched) block in L2 together asks.
   int64_t kc_prepacked = 0, nc_prepacked = 0;
+  TransposeFn transpose_lines = nullptr;  // nullptr: the driver's 4-line SSE transposes
 };
 
 // Defined in the ISA files; only call when the CPU supports the ISA.
