@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "common/large_alloc.h"
 #include "ecg/op_registry.h"
 
 namespace dnnfusion::ecg {
@@ -104,10 +105,9 @@ int Graph::add_weight(const std::vector<int64_t>& shape, DType dtype, const void
 int Graph::add_constant(const std::vector<int64_t>& shape, DType dtype, const void* data, const std::string& name) {
   int id = new_value(shape, dtype, ValueKind::Constant, name);
   auto& v = values_[id];
-  const size_t bytes = (static_cast<size_t>(v.nbytes()) + 63) / 64 * 64 + 64;  // never 0
-  auto* p = static_cast<uint8_t*>(std::aligned_alloc(64, bytes));
-  if (p == nullptr) throw std::bad_alloc();
-  v.owned = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { std::free(q); });
+  // Large constants (packed weights) on huge pages: see common/large_alloc.h.
+  auto* p = static_cast<uint8_t*>(allocate_large(static_cast<size_t>(v.nbytes())));
+  v.owned = std::shared_ptr<uint8_t>(p, [](uint8_t* q) { free_large(q); });
   if (v.nbytes() > 0) std::memcpy(p, data, static_cast<size_t>(v.nbytes()));
   v.data = p;
   return id;

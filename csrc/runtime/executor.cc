@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/large_alloc.h"
 #include "ecg/op_registry.h"
 #include "ecg/verifier.h"
 #include "runtime/memory_planner.h"
@@ -62,6 +63,7 @@ Executable::Executable(Graph graph, const ExecOptions& opts, Program program) : 
   std::vector<char> in_arena(static_cast<size_t>(nv), 0);
 
   for (size_t i = 0; i < g.inputs().size(); ++i) loc_[g.inputs()[i]] = Loc{Base::Input, static_cast<int>(i), 0, nullptr};
+  gather_constants(program);
   for (const Value& v : g.values())
     if (v.is_compile_time()) loc_[v.id] = Loc{Base::Fixed, 0, 0, v.data};
   for (size_t i = 0; i < g.outputs().size(); ++i) {
@@ -229,6 +231,37 @@ void* Executable::resolve(const Loc& l, const std::vector<const void*>& in, cons
     case Base::Fixed: base = static_cast<const char*>(l.fixed); break;
   }
   return const_cast<char*>(base) + l.byte_offset;
+}
+
+void Executable::gather_constants(const Program& program) {
+  // The constants the steps can read: their operands and the graph's outputs.
+  std::vector<char> used(graph_.values().size(), 0);
+  auto mark = [&](int v) {
+    if (v >= 0) used[static_cast<size_t>(v)] = 1;
+  };
+  for (const Step& s : program.steps) {
+    for (int v : s.reads) mark(v);
+    for (int v : s.args) mark(v);
+    if (s.kind == Step::Kind::Node)
+      for (int v : graph_.node(s.node).inputs) mark(v);
+  }
+  for (int v : graph_.outputs()) mark(v);
+  auto movable = [&](const Value& v) { return used[static_cast<size_t>(v.id)] && v.owned && v.nbytes() > 0; };
+  size_t total = 0;
+  for (const Value& v : graph_.values())
+    if (movable(v)) total += (static_cast<size_t>(v.nbytes()) + 63) / 64 * 64;
+  if (total == 0) return;
+  constants_ = std::shared_ptr<void>(allocate_large(total), [](void* p) { free_large(p); });
+  char* at = static_cast<char*>(constants_.get());
+  for (int id = 0; id < static_cast<int>(graph_.values().size()); ++id) {
+    Value& v = graph_.value(id);
+    if (!movable(v)) continue;
+    std::memcpy(at, v.data, static_cast<size_t>(v.nbytes()));
+    v.data = at;
+    v.owned.reset();  // the copy this graph held; another graph sharing it keeps it alive
+    at += (static_cast<size_t>(v.nbytes()) + 63) / 64 * 64;
+  }
+  stats_.constant_bytes = static_cast<int64_t>(total);
 }
 
 void Executable::run(const std::vector<const void*>& inputs, const std::vector<void*>& outputs,

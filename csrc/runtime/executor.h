@@ -41,6 +41,7 @@ struct ExecStats {
   int generated_steps = 0;    // steps that run generated code (loop nests)
   int hooked_steps = 0;       // library kernels running a generated prologue/epilogue
   int64_t irs_bytes = 0;      // bytes of intermediate results written to memory per call
+  int64_t constant_bytes = 0;  // the graph's own constants, gathered into one huge-page block
 };
 
 class Executable {
@@ -78,6 +79,12 @@ class Executable {
     std::vector<void*> out;
     double total_ns = 0;  // DNNFUSION_STEP_PROFILE=1: time spent in this step over all calls
   };
+  // Moves the constants the graph owns and its steps read (packed weights, folded constants) into
+  // one block on huge pages (common/large_alloc.h): a model streams them on every call, and most
+  // are far smaller than a huge page on their own (mobilenet_v3_large, resnet50, efficientnet_b0:
+  // 3-4% faster at batch 1 than with only those of 2 MiB or more on huge pages). Borrowed
+  // weights stay where their owner keeps them.
+  void gather_constants(const Program& program);
   void* resolve(const Loc& l, const std::vector<const void*>& in, const std::vector<void*>& out) const;
 
   ecg::Graph graph_;
@@ -91,6 +98,7 @@ class Executable {
   bool profile_steps_ = false;  // $DNNFUSION_STEP_PROFILE: time each step, print the top ones at exit
   int profile_top_ = 0;
   int64_t calls_ = 0;
+  std::shared_ptr<void> constants_;  // gather_constants' block
   void* arena_ = nullptr;
   size_t arena_size_ = 0;
   int64_t scratch_offset_ = 0;

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <new>
 
 #include "common/error.h"
+#include "common/large_alloc.h"
 
 namespace dnnfusion::target {
 
@@ -57,12 +59,14 @@ std::vector<YellowTiming> Target::measure_yellow(const ecg::Graph&, const std::v
 }
 
 void* host_allocate(size_t bytes) {
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!p) DNNF_THROW("out of memory allocating a ", bytes, "-byte buffer");
-  return p;
+  try {
+    return allocate_large(bytes);  // a large arena on huge pages, as the weights (common/large_alloc.h)
+  } catch (const std::bad_alloc&) {
+    DNNF_THROW("out of memory allocating a ", bytes, "-byte buffer");
+  }
 }
 
-void host_deallocate(void* p) { std::free(p); }
+void host_deallocate(void* p) { free_large(p); }
 
 // ---- Registry ----
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/large_alloc.h"
 #include "ecg/verifier.h"
 #include "kernel_test_util.h"
 #include "pipeline.h"
@@ -382,6 +383,39 @@ TEST(Executor, RunsSmallNetAndMatchesReference) {
   EXPECT_EQ(exe.stats().num_nodes, 6);
   EXPECT_GT(exe.stats().arena_bytes, 0);
   EXPECT_LE(exe.stats().arena_bytes, exe.stats().naive_bytes);
+}
+
+// The constants the graph owns and its steps read are copied into one huge-page block
+// (Executable::gather_constants); borrowed weights and unread constants stay where they are.
+TEST(Executor, OwnedConstantsAreGatheredIntoOneBlock) {
+  Graph g;
+  const int64_t n = (int64_t{3} << 20) / 4 + 5;  // past a huge page: the block is advised for them
+  std::vector<float> a(static_cast<size_t>(n)), w(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) a[i] = 0.25f * static_cast<float>(i % 97), w[i] = -static_cast<float>(i % 13);
+  float three = 3.f, unused = 7.f;
+  int x = g.add_input({n}, DType::Float32, "x");
+  int ca = g.add_constant({n}, DType::Float32, a.data(), "a");
+  int c3 = g.add_constant({}, DType::Float32, &three, "three");
+  g.add_constant({}, DType::Float32, &unused, "unused");
+  int wv = g.add_weight({n}, DType::Float32, w.data(), "w");
+  int m = g.node(g.add_node("mul", {x, c3}, {{{n}, DType::Float32}})).outputs[0];
+  int s = g.node(g.add_node("add", {m, ca}, {{{n}, DType::Float32}})).outputs[0];
+  int y = g.node(g.add_node("add", {s, wv}, {{{n}, DType::Float32}})).outputs[0];
+  g.set_outputs({y});
+  Executable exe(g, ExecOptions{2});
+  const Graph& eg = exe.graph();
+  EXPECT_EQ(exe.stats().constant_bytes, (n * 4 + 63) / 64 * 64 + 64);
+  const char* pa = static_cast<const char*>(eg.value(ca).data);
+  const char* p3 = static_cast<const char*>(eg.value(c3).data);
+  EXPECT_EQ(p3 - pa, (n * 4 + 63) / 64 * 64);  // one block, in value order, 64-byte aligned
+  EXPECT_TRUE(is_huge_page_advised(pa));
+  EXPECT_EQ(eg.value(wv).data, w.data());      // borrowed: the caller owns it
+  EXPECT_NE(eg.value(ca).data, g.value(ca).data);  // the caller's graph keeps its own copy
+  std::vector<float> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>(i % 31) - 15.f;
+  exe.run({in.data()}, {out.data()});
+  for (int64_t i = 0; i < n; i += 4099) ASSERT_FLOAT_EQ(out[i], in[i] * 3.f + a[i] + w[i]) << i;
+  ASSERT_FLOAT_EQ(out[n - 1], in[n - 1] * 3.f + a[n - 1] + w[n - 1]);
 }
 
 TEST(Executor, ContiguousViewsAreAliasedNotLaunched) {

@@ -38,6 +38,13 @@ inline __m512 exp_nonpositive(__m512 x) {
   return _mm512_maskz_mul_ps(static_cast<__mmask16>(~tiny), y, scale);
 }
 
+// GCC 12's _mm512_reduce_* read an uninitialized temporary inside the header
+// (-Wmaybe-uninitialized, a false alarm: the lanes it fills are the ones it returns).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+inline float hmax(__m512 v) { return _mm512_reduce_max_ps(v); }
+inline float hsum(__m512 v) { return _mm512_reduce_add_ps(v); }
+#pragma GCC diagnostic pop
 inline __mmask16 tail_mask(int64_t rem) { return static_cast<__mmask16>((1u << rem) - 1u); }
 
 }  // namespace
@@ -66,7 +73,7 @@ float softmax_row_avx512(float* s, int64_t n, bool want_lse) {
     if (tm) _mm512_mask_storeu_ps(s + n16, tm, q);
     return kNaN;
   }
-  const float mx = _mm512_reduce_max_ps(vmax);
+  const float mx = hmax(vmax);
   if (mx == kNegInf) {
     for (int64_t j = 0; j < n16; j += 16) _mm512_storeu_ps(s + j, _mm512_setzero_ps());
     if (tm) _mm512_mask_storeu_ps(s + n16, tm, _mm512_setzero_ps());
@@ -84,7 +91,7 @@ float softmax_row_avx512(float* s, int64_t n, bool want_lse) {
     _mm512_mask_storeu_ps(s + n16, tm, e);
     vsum = _mm512_add_ps(vsum, e);  // masked-off lanes are exp(-inf) = 0
   }
-  const float sum = _mm512_reduce_add_ps(vsum);
+  const float sum = hsum(vsum);
   const __m512 inv = _mm512_set1_ps(1.f / sum);
   for (int64_t j = 0; j < n16; j += 16) _mm512_storeu_ps(s + j, _mm512_mul_ps(_mm512_loadu_ps(s + j), inv));
   if (tm) _mm512_mask_storeu_ps(s + n16, tm, _mm512_mul_ps(_mm512_maskz_loadu_ps(tm, s + n16), inv));
