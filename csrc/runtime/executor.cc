@@ -247,9 +247,10 @@ void Executable::gather_constants(const Program& program) {
   }
   for (int v : graph_.outputs()) mark(v);
   auto movable = [&](const Value& v) { return used[static_cast<size_t>(v.id)] && v.owned && v.nbytes() > 0; };
+  auto slot = [](const Value& v) { return (static_cast<size_t>(v.nbytes()) + 63) / 64 * 64; };  // 64-byte aligned
   size_t total = 0;
   for (const Value& v : graph_.values())
-    if (movable(v)) total += (static_cast<size_t>(v.nbytes()) + 63) / 64 * 64;
+    if (movable(v)) total += slot(v);
   if (total == 0) return;
   constants_ = std::shared_ptr<void>(allocate_large(total), [](void* p) { free_large(p); });
   char* at = static_cast<char*>(constants_.get());
@@ -259,7 +260,7 @@ void Executable::gather_constants(const Program& program) {
     std::memcpy(at, v.data, static_cast<size_t>(v.nbytes()));
     v.data = at;
     v.owned.reset();  // the copy this graph held; another graph sharing it keeps it alive
-    at += (static_cast<size_t>(v.nbytes()) + 63) / 64 * 64;
+    at += slot(v);
   }
   stats_.constant_bytes = static_cast<int64_t>(total);
 }
