@@ -5,7 +5,8 @@ with freezing, ONNX Runtime's CPU execution provider, OpenVINO's runtime (conver
 compile_model, latency hint) with fp32 pinned ("openvino") and at its default precision
 ("openvino-default": bf16 where the CPU has AMX / AVX512-BF16; the precision it picked is recorded),
 OpenVINO's torch.compile backend (fp32), Apache TVM's Relax flow ("tvm": untuned default schedules
-unless --tvm-trials N runs meta-schedule), and dnnfusion in its three fusion modes, plus
+unless --tvm-trials N runs meta-schedule), and dnnfusion in its three fusion modes through
+torch.compile ("dnnf-MODE") and compiled ahead of time by dnnfusion.compile ("dnnf-aot"), plus
 any `--variant NAME=JSON` (dnnfusion with extra compile options, for ablations). Every system runs
 the same model object on the same input tensors; after a warm-up the systems are interleaved round
 by round (a fresh seeded order each round, each call after a short idle gap) so machine noise hits
@@ -50,7 +51,9 @@ DEFAULT_MODELS = ["resnet18", "resnet50", "mobilenet_v2", "mobilenet_v3_large", 
                   "densenet121", "bert", "distilbert", "gpt2"]
 ALIASES = {"bert-base": "bert"}  # zoo's "bert" is BertConfig() = bert-base
 MODES = ("none", "tvm", "dnnfusion")
-DNNF = tuple(f"dnnf-{m}" for m in MODES)
+# dnnf-MODE: torch.compile(backend="dnnfusion") in each fusion mode; dnnf-aot: dnnfusion.compile (torch.export
+# once, called without Dynamo's per-call guards), fusion mode dnnfusion.
+DNNF = tuple(f"dnnf-{m}" for m in MODES) + ("dnnf-aot",)
 PEERS = ("eager", "inductor", "inductor-freezing", "onnxruntime", "openvino", "openvino-default", "openvino-compile",
          "tvm")
 BUILTIN = PEERS + DNNF
@@ -169,6 +172,13 @@ def build_dnnfusion(options):
     def build(model, inputs, threads):
         return _compiled(model, inputs, backend="dnnfusion", options={"threads": threads, **options})
     return build
+
+
+def build_dnnfusion_aot(model, inputs, threads):
+    t0 = time.perf_counter()
+    compiled = dnnfusion.compile(model, tuple(inputs), options={"threads": threads})
+    out = compiled(*inputs)
+    return (lambda: compiled(*inputs)), out, {"compile_s": time.perf_counter() - t0}
 
 
 def build_onnxruntime(model, inputs, threads, tmpdir):
@@ -670,7 +680,7 @@ def main(argv=None):
                 "onnxruntime": build_onnxruntime, "openvino": build_openvino("f32"),
                 "openvino-default": build_openvino(None), "openvino-compile": build_openvino_compile,
                 "tvm": build_tvm(args.tvm_trials),
-                **{f"dnnf-{m}": build_dnnfusion({"fusion": m}) for m in MODES},
+                **{f"dnnf-{m}": build_dnnfusion({"fusion": m}) for m in MODES}, "dnnf-aot": build_dnnfusion_aot,
                 **{k: build_dnnfusion(o) for k, o in args.variants.items()}}
     system_names = args.systems + list(args.variants)
     systems = {k: builders[k] for k in system_names}

@@ -56,10 +56,13 @@ def _is_symbolic(gm, example_inputs):
     return any(isinstance(x, torch.SymInt) for x in example_inputs)
 
 
-def _compile_static(gm, example_inputs, opts, report):
+def _compile_static(gm, example_inputs, opts, report, static=None):
+    """Compiles a graph whose inputs at positions `static` (default: those Dynamo marked as
+    parameters or buffers) are frozen into it."""
     from .lowering import lower
 
-    real = {i: example_inputs[i] for i in _static_indices(gm) if isinstance(example_inputs[i], torch.Tensor)}
+    static = _static_indices(gm) if static is None else static
+    real = {i: example_inputs[i] for i in static if isinstance(example_inputs[i], torch.Tensor)}
 
     def lower_safely(aot_gm, frozen):
         try:
