@@ -9,8 +9,10 @@ Conditions, each timed for every system in interleaved rounds:
   activations, the code and the Python objects a call touches from every cache level (as when other
   work runs between inferences, e.g. the other systems of compare.py's interleaved rounds).
 
-dnnfusion is timed twice: through torch.compile (Dynamo's guards, the AOT wrapper and the Python
-around the compiled region included) and as a direct call of its compiled region (the core alone).
+dnnfusion is timed three ways: through torch.compile (Dynamo's guards, the AOT wrapper and the Python
+around the compiled region included), compiled ahead of time by dnnfusion.compile (no Dynamo: an
+input-signature check, the AOT wrapper and the frozen-weights check), and as a direct call of its
+compiled region (the core alone).
 The model must lower to one region (the zoo's CNNs do).
 
     python benchmarks/call_conditions.py --model mobilenet_v3_large [--rounds 3] [--calls 15] [--threads 2]
@@ -53,8 +55,10 @@ def build_systems(model, x, threads, tmpdir):
         raise SystemExit(f"the model lowered to {len(runs)} regions; this benchmark needs one region and one input")
     handle = runs[0].args[0]
     ort_run, _, _ = compare.build_onnxruntime(model, x, threads, tmpdir)
+    aot, _, _ = compare.build_dnnfusion_aot(model, x, threads)
     return {
         "dnnfusion (torch.compile call)": compiled,
+        "dnnfusion (dnnfusion.compile call)": aot,
         "dnnfusion (its region called directly)": lambda: torch.ops.dnnfusion.run.default(handle, [x[0]]),
         "ONNX Runtime": ort_run,
     }
