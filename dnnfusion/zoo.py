@@ -84,9 +84,10 @@ def all_tensors(out):
 
 
 class Comparison:
-    """A model compiled with dnnfusion, checked against eager, and timed beside it."""
+    """A model compiled with dnnfusion, checked against eager, and timed beside it. With `aot`, also
+    compiled ahead of time by dnnfusion.compile (`aot_rel_err`, and a third series from time())."""
 
-    def __init__(self, name, model, inputs, threads=None):
+    def __init__(self, name, model, inputs, threads=None, aot=False):
         import time
 
         import dnnfusion
@@ -104,22 +105,26 @@ class Comparison:
         self.report = dnnfusion.ExplainReport(graphs)
         self.max_err = (self.out - self.ref).abs().max().item()
         self.rel_err = self.max_err / self.ref.abs().max().item()
+        self.aot = None
+        if aot:
+            self.aot = dnnfusion.compile(model, tuple(inputs), options=options)
+            aot_out = first_tensor(self.aot(*inputs))
+            self.aot_rel_err = (aot_out - self.ref).abs().max().item() / self.ref.abs().max().item()
 
     def time(self, runs=20, warmup=3):
-        """Interleaved rounds (eager, dnnfusion, eager, ...) so machine noise hits both alike.
-        Returns the per-run seconds of (eager, dnnfusion)."""
+        """Interleaved rounds (eager, dnnfusion, eager, ...) so machine noise hits all alike.
+        Returns the per-run seconds of (eager, dnnfusion), then dnnfusion.compile's with `aot`."""
         import time
 
-        te, td = [], []
+        fns = [self.model, self.compiled] + ([self.aot] if self.aot else [])
+        times = [[] for _ in fns]
         with torch.no_grad():
             for _ in range(warmup):
-                self.model(*self.inputs)
-                self.compiled(*self.inputs)
+                for fn in fns:
+                    fn(*self.inputs)
             for _ in range(runs):
-                t = time.perf_counter()
-                self.model(*self.inputs)
-                te.append(time.perf_counter() - t)
-                t = time.perf_counter()
-                self.compiled(*self.inputs)
-                td.append(time.perf_counter() - t)
-        return te, td
+                for fn, ts in zip(fns, times):
+                    t = time.perf_counter()
+                    fn(*self.inputs)
+                    ts.append(time.perf_counter() - t)
+        return tuple(times)
