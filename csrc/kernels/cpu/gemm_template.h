@@ -97,9 +97,12 @@ struct Pass {
 #if DNNF_GEMM_ISA == 2
 // 24 zmm accumulators; per k step two 16-wide loads of packed B and 12 broadcasts of packed A.
 // B block (kc x nc = 384 x 480 floats, 720 KB) stays in L2 while each 12-row A micro-panel
-// (18 KB) sits in L1 and is reused across the whole block.
+// (18 KB) sits in L1 and is reused across the whole block. A B packed at compile time (a weight)
+// uses 512 x 96 (192 KB), as the library kernel does (gemm_avx512.cc says why): the block, the
+// next one prefetched beside it and the packed A rows then fit a 2 MB L2 together.
 constexpr int kMR = 12, kNR = 32;
 constexpr int64_t kKC = 384, kMC = 1536, kNC = 480;
+constexpr int64_t kKCPacked = 512, kNCPacked = 96;
 constexpr int kRowBuckets[] = {1, 4, 8, 12};
 using Vec = __m512;
 constexpr int kW = 16;
@@ -115,6 +118,7 @@ inline Vec v_zero() { return _mm512_setzero_ps(); }
 // kc x nc = 256 x 240 floats (240 KB) of B fits a 256 KB+ L2; the 6-row A micro-panel (6 KB) L1.
 constexpr int kMR = 6, kNR = 16;
 constexpr int64_t kKC = 256, kMC = 1536, kNC = 240;
+constexpr int64_t kKCPacked = kKC, kNCPacked = kNC;
 constexpr int kRowBuckets[] = {1, 4, 6};
 using Vec = __m256;
 constexpr int kW = 8;
@@ -227,6 +231,7 @@ DNNF_GEMM_KERNEL tile_kernel(int64_t kc, const float* Ap, const float* Bp, const
 // Plain loops over a small tile; -O3 vectorizes them for whatever the target has.
 constexpr int kMR = 4, kNR = 8;
 constexpr int64_t kKC = 256, kMC = 1024, kNC = 128;
+constexpr int64_t kKCPacked = kKC, kNCPacked = kNC;
 constexpr int kRowBuckets[] = {1, 4};
 
 template <int R>
@@ -371,11 +376,22 @@ inline float* scratch_b(size_t n) {
 
 // Rows [i0,i0+mc) x cols [k0,k0+kc) of alpha*A into kMR-row panels (k-major inside a panel),
 // zero rows past the end so the micro-kernel never needs a row count.
-inline void pack_a(Mat A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float alpha, float* dst) {
+// The library's register transpose for row-major A panels (dnnf_parallel::transpose_lines).
+using TransposeLines = void (*)(const float* src, int64_t stride, int lines, int64_t n, float alpha, float* dst,
+                                int64_t ld);
+
+// `transpose`: the library's transpose, or nullptr (then the rows are walked in lockstep).
+inline void pack_a(Mat A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float alpha, float* dst,
+                   TransposeLines transpose) {
   for (int64_t ip = 0; ip < mc; ip += kMR) {
     const int rows = static_cast<int>(std::min<int64_t>(kMR, mc - ip));
     const float* base = A.data + (i0 + ip) * A.rs + k0 * A.cs;
-    if (A.cs == 1 && rows == kMR) {
+    if (A.cs == 1 && rows == kMR && transpose != nullptr && kMR <= 16) {
+      // Row-major A through the library's register transpose: the scalar lockstep walk below ran
+      // at ~2 GB/s, and with B split across the threads every thread packs all of A (bert-base's
+      // GELU GEMM at batch 8: 3 MB per thread per call).
+      transpose(base, A.rs, kMR, kc, alpha, dst, kMR);
+    } else if (A.cs == 1 && rows == kMR) {
       // Row-major A: walk the rows in lockstep so the panel is written contiguously.
       const float* rp[kMR];
       for (int r = 0; r < kMR; ++r) rp[r] = base + r * A.rs;
@@ -453,6 +469,7 @@ struct Problem {
   const float* bcol;  // bias per column or nullptr
   float alpha, beta;
   const float* Bpk;   // B packed whole (kernels::sgemm_pack_b layout, kNR) or nullptr: B is read
+  TransposeLines transpose;  // for packing A, or nullptr
 };
 
 // The B block of a pre-packed B (panels of K x kNR) that follows block (pc, ic, jc) in
@@ -467,7 +484,7 @@ inline NextBlock next_block(const float* Bpk, int64_t K, int64_t kc_blk, int64_t
                             int64_t pc, int64_t kc, int64_t jc, int64_t n0, int64_t n1) {
   NextBlock next;
   if (mc <= kMR) return next;
-  int64_t njc = jc + kNC, npc = pc;
+  int64_t njc = jc + kNCPacked, npc = pc;
   if (njc >= n1) {
     njc = n0;
     if (ic + mc >= m1) npc = pc + kc;
@@ -475,7 +492,7 @@ inline NextBlock next_block(const float* Bpk, int64_t K, int64_t kc_blk, int64_t
   if (npc >= K) return next;
   next.bp = Bpk + (njc / kNR) * K * kNR + npc * kNR;
   next.kc = std::min(kc_blk, K - npc);
-  next.panels = (std::min(kNC, n1 - njc) + kNR - 1) / kNR;
+  next.panels = (std::min(kNCPacked, n1 - njc) + kNR - 1) / kNR;
   return next;
 }
 
@@ -488,7 +505,8 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
   const Mat B{p.B.data + b * p.sB, p.B.rs, p.B.cs};
   float* C = p.C + b * p.sC;
   // Balanced K blocks: K=576 with KC=384 becomes 2x288 rather than 384+192.
-  const int64_t nkb = (K + kKC - 1) / kKC;
+  const int64_t KC = p.Bpk ? kKCPacked : kKC;
+  const int64_t nkb = (K + KC - 1) / KC;
   const int64_t kc_blk = ((K + nkb - 1) / nkb + 7) / 8 * 8;
 
   // The tiles of one (column block, row block, K block): Ap packed rows, Bp the block's first
@@ -532,9 +550,9 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
         float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
-        pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
-        for (int64_t jc = n0; jc < n1; jc += kNC)
-          tiles(jc, std::min(kNC, n1 - jc), ic, mc, pc, kc, Ap, p.Bpk + (jc / kNR) * K * kNR + pc * kNR, K * kNR,
+        pack_a(A, ic, mc, pc, kc, p.alpha, Ap, p.transpose);
+        for (int64_t jc = n0; jc < n1; jc += kNCPacked)
+          tiles(jc, std::min(kNCPacked, n1 - jc), ic, mc, pc, kc, Ap, p.Bpk + (jc / kNR) * K * kNR + pc * kNR, K * kNR,
                 next_block(p.Bpk, K, kc_blk, mc, ic, m1, pc, kc, jc, n0, n1));
       }
     }
@@ -550,7 +568,7 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
         float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
-        pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
+        pack_a(A, ic, mc, pc, kc, p.alpha, Ap, p.transpose);
         tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * kNR, NextBlock{});
       }
     }
@@ -619,7 +637,8 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Mat A, int64_t strideA
   if (batch <= 0 || M <= 0 || N <= 0) return;
   const detail::Problem p{M, N, K, A, B, strideA, strideB, C, ldc, strideC,
                           bias_mode == kBiasPerRow ? bias : nullptr,
-                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, beta, nullptr};
+                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, beta, nullptr,
+                          par ? par->transpose_lines : nullptr};
   detail::run(p, batch, epi, par);
 }
 
@@ -632,7 +651,8 @@ void gemm_packed_b(int64_t M, int64_t N, int64_t K, Mat A, const float* Bpacked,
   if (M <= 0 || N <= 0) return;
   const detail::Problem p{M, N, K, A, Mat{nullptr, 0, 0}, 0, 0, C, ldc, 0,
                           bias_mode == kBiasPerRow ? bias : nullptr,
-                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, 0.f, Bpacked};
+                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, 0.f, Bpacked,
+                          par ? par->transpose_lines : nullptr};
   detail::run(p, 1, epi, par);
 }
 
