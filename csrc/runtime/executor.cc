@@ -10,7 +10,6 @@
 #include "common/large_alloc.h"
 #include "ecg/op_registry.h"
 #include "ecg/verifier.h"
-#include "kernels/cpu/gemm.h"
 #include "runtime/memory_planner.h"
 #include "target/target.h"
 
@@ -276,7 +275,7 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
     arena_ = target_->allocate(arena_size_);
   }
   void* scratch = static_cast<char*>(arena_) + scratch_offset_;
-  dnnf_parallel par{pool_, pool_parallel_for, kernels::sgemm_transpose_lines()};
+  dnnf_parallel par{pool_, pool_parallel_for};
   const ThreadPool::Hold hold(*pool_);  // workers stay awake between this run's steps
   ++calls_;
   for (Bound& b : steps_) {

@@ -11,17 +11,12 @@
 #include "kernels/cpu/fusion_hooks.h"
 
 extern "C" {
-// The C ABI between generated code and the runtime (generated sources declare the same struct):
-// parallel_for splits [0, n) into chunks of at least `grain` and calls body on each;
-// transpose_lines is the GEMM library's register transpose for packing row-major A panels
-// (kernels::sgemm_transpose_lines; nullptr when the active ISA has none), so generated GEMMs pack
-// as fast as the library without a second copy of it.
+// The C ABI between generated code and the runtime's thread pool (generated sources declare the
+// same struct): parallel_for splits [0, n) into chunks of at least `grain` and calls body on each.
 struct dnnf_parallel {
   void* pool;
   void (*parallel_for)(void* pool, int64_t n, int64_t grain,
                        void (*body)(const void* ctx, int64_t begin, int64_t end), const void* ctx);
-  void (*transpose_lines)(const float* src, int64_t stride, int lines, int64_t n, float alpha, float* dst,
-                          int64_t ld);
 };
 }
 

@@ -2,8 +2,7 @@
 // after the generated prelude, through jit_compile. Checked against a double-accumulating
 // reference over random shapes (0 and tile edges included), transposed / strided / broadcast
 // operands, B pre-packed (gemm_packed_b), bias modes, alpha and beta, three epilogues (none, erf-GELU + residual read at
-// start+t, relu), serial (A packed in lockstep) and on the runtime's thread pool (A packed by the
-// library's register transpose); plus exactly-once epilogue visits, the
+// start+t, relu), serial and on the runtime's thread pool; plus exactly-once epilogue visits, the
 // forced AVX2 and scalar micro-kernels, no exported template symbols, and that the embedded text
 // is the header's.
 #include <gtest/gtest.h>
@@ -149,7 +148,7 @@ void pool_parallel_for(void* pool, int64_t n, int64_t grain,
 
 struct Pool {
   runtime::ThreadPool pool{2};
-  dnnf_parallel par{&pool, pool_parallel_for, kernels::sgemm_transpose_lines()};
+  dnnf_parallel par{&pool, pool_parallel_for};
 };
 const dnnf_parallel* pool_par() {
   static Pool p;

@@ -464,8 +464,6 @@ void run(const BatchedProblem& p, const GemmEpilogue& ep, const Parallel& par,
 
 int sgemm_panel_width() { return gemm_detail::select_ukernel().nr; }
 
-TransposeLinesFn sgemm_transpose_lines() { return gemm_detail::select_ukernel().transpose_lines; }
-
 int64_t sgemm_packed_b_floats(int64_t K, int64_t N, int nr) {
   DNNF_CHECK(K >= 0 && N >= 0 && nr > 0, "sgemm_packed_b_floats: bad sizes (K=", K, " N=", N, " nr=", nr, ")");
   return (N + nr - 1) / nr * K * nr;

@@ -53,12 +53,6 @@ void sgemm_batched(int64_t batch, int64_t M, int64_t N, int64_t K, MatrixView A,
 // ~18% of the GEMM): ceil(N/nr) panels of K x nr floats, panel p holding columns [p*nr, p*nr+nr)
 // row-major, columns >= N zero. nr must be sgemm_panel_width() of the process that runs it.
 int sgemm_panel_width();  // NR of the micro-kernel the active ISA runs (32 / 16 / 8)
-// The active ISA's register transpose that packs A panels: `lines` (<= 16) rows of n floats (row
-// stride `stride`) times alpha, written as n rows of `lines` floats at dst + k * ld. nullptr when
-// the ISA has none (AVX2 and scalar pack 4 lines at a time with SSE, or in lockstep).
-using TransposeLinesFn = void (*)(const float* src, int64_t stride, int lines, int64_t n, float alpha, float* dst,
-                                  int64_t ld);
-TransposeLinesFn sgemm_transpose_lines();
 int64_t sgemm_packed_b_floats(int64_t K, int64_t N, int nr);
 // Precondition: dst holds sgemm_packed_b_floats(K, N, nr) floats; nr in {8, 16, 32}.
 void sgemm_pack_b(int64_t K, int64_t N, MatrixView B, int nr, float* dst);

@@ -99,7 +99,9 @@ struct Pass {
 // B block (kc x nc = 384 x 480 floats, 720 KB) stays in L2 while each 12-row A micro-panel
 // (18 KB) sits in L1 and is reused across the whole block. A B packed at compile time (a weight)
 // uses 512 x 96 (192 KB), as the library kernel does (gemm_avx512.cc says why): the block, the
-// next one prefetched beside it and the packed A rows then fit a 2 MB L2 together.
+// next one prefetched beside it and the packed A rows then fit a 2 MB L2 together. Measured in one
+// process, called interleaved with 384 x 480: bert-base (its GELU GEMMs run here) 2.6% and 5%
+// faster at batch 1 in two runs, level at batch 8, 2 threads.
 constexpr int kMR = 12, kNR = 32;
 constexpr int64_t kKC = 384, kMC = 1536, kNC = 480;
 constexpr int64_t kKCPacked = 512, kNCPacked = 96;
@@ -376,22 +378,11 @@ inline float* scratch_b(size_t n) {
 
 // Rows [i0,i0+mc) x cols [k0,k0+kc) of alpha*A into kMR-row panels (k-major inside a panel),
 // zero rows past the end so the micro-kernel never needs a row count.
-// The library's register transpose for row-major A panels (dnnf_parallel::transpose_lines).
-using TransposeLines = void (*)(const float* src, int64_t stride, int lines, int64_t n, float alpha, float* dst,
-                                int64_t ld);
-
-// `transpose`: the library's transpose, or nullptr (then the rows are walked in lockstep).
-inline void pack_a(Mat A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float alpha, float* dst,
-                   TransposeLines transpose) {
+inline void pack_a(Mat A, int64_t i0, int64_t mc, int64_t k0, int64_t kc, float alpha, float* dst) {
   for (int64_t ip = 0; ip < mc; ip += kMR) {
     const int rows = static_cast<int>(std::min<int64_t>(kMR, mc - ip));
     const float* base = A.data + (i0 + ip) * A.rs + k0 * A.cs;
-    if (A.cs == 1 && rows == kMR && transpose != nullptr && kMR <= 16) {
-      // Row-major A through the library's register transpose: the scalar lockstep walk below ran
-      // at ~2 GB/s, and with B split across the threads every thread packs all of A (bert-base's
-      // GELU GEMM at batch 8: 3 MB per thread per call).
-      transpose(base, A.rs, kMR, kc, alpha, dst, kMR);
-    } else if (A.cs == 1 && rows == kMR) {
+    if (A.cs == 1 && rows == kMR) {
       // Row-major A: walk the rows in lockstep so the panel is written contiguously.
       const float* rp[kMR];
       for (int r = 0; r < kMR; ++r) rp[r] = base + r * A.rs;
@@ -469,7 +460,6 @@ struct Problem {
   const float* bcol;  // bias per column or nullptr
   float alpha, beta;
   const float* Bpk;   // B packed whole (kernels::sgemm_pack_b layout, kNR) or nullptr: B is read
-  TransposeLines transpose;  // for packing A, or nullptr
 };
 
 // The B block of a pre-packed B (panels of K x kNR) that follows block (pc, ic, jc) in
@@ -550,7 +540,7 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
         float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
-        pack_a(A, ic, mc, pc, kc, p.alpha, Ap, p.transpose);
+        pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
         for (int64_t jc = n0; jc < n1; jc += kNCPacked)
           tiles(jc, std::min(kNCPacked, n1 - jc), ic, mc, pc, kc, Ap, p.Bpk + (jc / kNR) * K * kNR + pc * kNR, K * kNR,
                 next_block(p.Bpk, K, kc_blk, mc, ic, m1, pc, kc, jc, n0, n1));
@@ -568,7 +558,7 @@ void compute_block(const Problem& p, int64_t b, int64_t m0, int64_t m1, int64_t 
       for (int64_t ic = m0; ic < m1; ic += kMC) {
         const int64_t mc = std::min(kMC, m1 - ic);
         float* Ap = scratch_a(static_cast<size_t>((mc + kMR - 1) / kMR * kMR * kc));
-        pack_a(A, ic, mc, pc, kc, p.alpha, Ap, p.transpose);
+        pack_a(A, ic, mc, pc, kc, p.alpha, Ap);
         tiles(jc, nc, ic, mc, pc, kc, Ap, Bp, kc * kNR, NextBlock{});
       }
     }
@@ -637,8 +627,7 @@ void gemm(int64_t batch, int64_t M, int64_t N, int64_t K, Mat A, int64_t strideA
   if (batch <= 0 || M <= 0 || N <= 0) return;
   const detail::Problem p{M, N, K, A, B, strideA, strideB, C, ldc, strideC,
                           bias_mode == kBiasPerRow ? bias : nullptr,
-                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, beta, nullptr,
-                          par ? par->transpose_lines : nullptr};
+                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, beta, nullptr};
   detail::run(p, batch, epi, par);
 }
 
@@ -651,8 +640,7 @@ void gemm_packed_b(int64_t M, int64_t N, int64_t K, Mat A, const float* Bpacked,
   if (M <= 0 || N <= 0) return;
   const detail::Problem p{M, N, K, A, Mat{nullptr, 0, 0}, 0, 0, C, ldc, 0,
                           bias_mode == kBiasPerRow ? bias : nullptr,
-                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, 0.f, Bpacked,
-                          par ? par->transpose_lines : nullptr};
+                          bias_mode == kBiasPerCol ? bias : nullptr, alpha, 0.f, Bpacked};
   detail::run(p, 1, epi, par);
 }
 

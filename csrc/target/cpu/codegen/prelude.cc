@@ -12,8 +12,6 @@ struct dnnf_parallel {
   void* pool;
   void (*parallel_for)(void* pool, int64_t n, int64_t grain,
                        void (*body)(const void* ctx, int64_t begin, int64_t end), const void* ctx);
-  void (*transpose_lines)(const float* src, int64_t stride, int lines, int64_t n, float alpha, float* dst,
-                          int64_t ld);
 };
 }
 namespace {
