@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import torchvision
 
 import dnnfusion
+from dnnfusion import zoo
 
 
 def rel_err(a, b):
@@ -54,6 +55,24 @@ def test_mobilenet_v3_matches_eager_and_runs_in_the_core():
     rep = cm.explain()
     assert rep.ops_core == rep.ops_total  # every ATen op of the model ran in the core
     assert "compiled ahead of time" in str(rep)
+
+
+@pytest.mark.parametrize("name, overrides", [("resnet18", {}), ("shufflenet_v2_x1_0", {}), ("distilbert", {}),
+                                             ("gpt2", {"use_cache": False})])
+def test_zoo_models_match_eager_at_batch_2(name, overrides):
+    model, make = zoo.build(name, **overrides)
+    x = make(2)
+    cm = dnnfusion.compile(model, tuple(x))
+    with torch.no_grad():
+        ref = zoo.first_tensor(model(*x))
+    assert rel_err(zoo.first_tensor(cm(*x)), ref) < 1e-4
+    assert cm.explain().n_core > 0
+
+
+def test_an_output_torch_export_cannot_flatten_is_a_clear_error():
+    model, make = zoo.build("gpt2")  # returns its key/value cache, a type pytree does not know
+    with pytest.raises(ValueError, match="torch.export could not capture the model.*DynamicCache"):
+        dnnfusion.compile(model, tuple(make(1)))
 
 
 def test_transformer_with_keyword_inputs_returns_the_models_output_structure():
