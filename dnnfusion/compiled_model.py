@@ -15,9 +15,10 @@ What it does not see, by design: a submodule or parameter replaced by assignment
 or OpenVINO model would. Compile again after such a change, or use torch.compile, whose guards see
 it. Inference only: calls run under no_grad and outputs carry no autograd history.
 
-Precondition: the model exports with ``torch.export.export(strict=False)`` and does not mutate its
-buffers or inputs in forward. Postcondition: calls return what ``model(*args, **kwargs)`` returns
-(same pytree structure), computed by the core where the ops are supported and by ATen elsewhere.
+Precondition: the model exports with ``torch.export.export(strict=False)`` (under no_grad; a buffer
+it updates in place in forward stays a live input, updated on every call as in eager).
+Postcondition: calls return what ``model(*args, **kwargs)`` returns (same pytree structure),
+computed by the core where the ops are supported and by ATen elsewhere.
 """
 import collections
 import threading
@@ -127,8 +128,10 @@ class CompiledModel:
         self._options = dict(options or {})
         self._lock = threading.Lock()
         self._by_signature = collections.OrderedDict()
-        leaves, key = _signature(args, kwargs)
-        self._last_key, self._last = key, self._compile(key, args, kwargs)
+        key = _signature(args, kwargs)[1]
+        # (key, compiled) of the signature called last, replaced as one object: a call on another
+        # thread never pairs one signature's key with another's graph.
+        self._last = (key, self._compile(key, args, kwargs))
 
     def _compile(self, key, args, kwargs):
         with torch.no_grad():
@@ -148,19 +151,19 @@ class CompiledModel:
         """What fused, what ran where and what fell back, for the signature compiled last."""
         from .explain import ExplainReport
 
-        return ExplainReport([self._last.report], mode=parse_options(self._options).fusion, per_mode=None)
+        return ExplainReport([self._last[1].report], mode=parse_options(self._options).fusion, per_mode=None)
 
     def __call__(self, *args, **kwargs):
         leaves, key = _signature(args, kwargs)
-        compiled = self._last if key == self._last_key else None
-        if compiled is None:
+        last_key, compiled = self._last
+        if key != last_key:
             with self._lock:
                 compiled = self._by_signature.get(key)
                 if compiled is not None:
                     self._by_signature.move_to_end(key)
             if compiled is None:
                 compiled = self._compile(key, args, kwargs)
-            self._last_key, self._last = key, compiled
+            self._last = (key, compiled)
         return compiled(leaves)
 
 

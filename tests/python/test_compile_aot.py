@@ -106,6 +106,31 @@ def test_a_new_shape_or_stride_compiles_again_and_old_ones_are_kept():
     assert len(cm.reports) == 3  # x, y, z: one signature each, x's reused
 
 
+def test_threads_calling_with_different_shapes_get_their_own_results():
+    import threading
+
+    model = convnet()
+    xs = [torch.randn(1, 3, 10, 10), torch.randn(2, 3, 14, 14)]
+    cm = dnnfusion.compile(model, (xs[0],))
+    cm(xs[1])  # both signatures compiled before the threads start
+    with torch.no_grad():
+        refs = [model(x) for x in xs]
+    errors = []
+
+    def worker(i):
+        for _ in range(50):
+            out = cm(xs[i])
+            if out.shape != refs[i].shape or rel_err(out, refs[i]) > 1e-5:
+                errors.append((i, tuple(out.shape)))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+
+
 def test_weights_updated_in_place_are_seen():
     model = convnet()
     x = torch.randn(2, 3, 12, 12)
