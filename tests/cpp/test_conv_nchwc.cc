@@ -326,11 +326,41 @@ TEST(ConvNchwc, DefaultKnobsAreDeterministicAndValid) {
       const ConvNchwcKnobs a = kernels::conv_nchwc_default_knobs(c.s, isa);
       EXPECT_EQ(a, kernels::conv_nchwc_default_knobs(c.s, isa));
       EXPECT_NO_THROW(kernels::conv_nchwc_check(c.s, a, isa)) << c.name;
+      for (auto fam : {kernels::ConvTileFamily::Oc64x7, kernels::ConvTileFamily::Oc32x14})
+        EXPECT_NO_THROW(kernels::conv_nchwc_check(c.s, kernels::conv_nchwc_default_knobs(c.s, isa, fam), isa))
+            << c.name;
     }
   // The RGB first layer gets a block of exactly its 3 channels.
   EXPECT_EQ(kernels::conv_nchwc_default_knobs(shape(1, 3, 224, 224, 64, 7, 7, 2, 3), Isa::Avx512)
                 .ic_bn,
             3);
+}
+
+// The tile family decides only the AVX-512 tile of convs with a multiple of 64 output channels
+// (depthwise excluded; 7x7 outputs keep their two-row tiles); both run correctly on this CPU.
+TEST(ConvNchwc, TileFamilyPicksTheTileOfWideConvs) {
+  using kernels::ConvTileFamily;
+  const Conv2dShape wide3x3 = shape(1, 64, 28, 28, 128, 3, 3, 2, 1), wide1x1 = shape(1, 96, 14, 14, 256, 1, 1, 1, 0);
+  for (const Conv2dShape& s : {wide3x3, wide1x1}) {
+    const ConvNchwcKnobs a = kernels::conv_nchwc_default_knobs(s, Isa::Avx512, ConvTileFamily::Oc64x7);
+    const ConvNchwcKnobs b = kernels::conv_nchwc_default_knobs(s, Isa::Avx512, ConvTileFamily::Oc32x14);
+    EXPECT_EQ(a.oc_bn, 64) << describe(s, a);
+    EXPECT_EQ(a.reg_n, 7) << describe(s, a);
+    EXPECT_EQ(b.oc_bn, 32) << describe(s, b);
+    EXPECT_EQ(b.reg_n, 14) << describe(s, b);
+  }
+  const Conv2dShape dw = shape(1, 128, 14, 14, 128, 3, 3, 1, 1, 1, 128), narrow = shape(1, 40, 14, 14, 80, 1, 1, 1, 0);
+  const Conv2dShape at7 = shape(1, 512, 7, 7, 512, 3, 3, 1, 1);
+  for (const Conv2dShape& s : {dw, narrow, at7})
+    EXPECT_EQ(kernels::conv_nchwc_default_knobs(s, Isa::Avx512, ConvTileFamily::Oc64x7),
+              kernels::conv_nchwc_default_knobs(s, Isa::Avx512, ConvTileFamily::Oc32x14));
+  if (kernels::isa_supported(Isa::Avx512)) {
+    SCOPED_TRACE(testing::seed_note());
+    std::mt19937_64 rng(testing::test_seed() + 331);
+    for (const Conv2dShape& s : {wide3x3, wide1x1})
+      for (auto fam : {ConvTileFamily::Oc64x7, ConvTileFamily::Oc32x14})
+        check(rng, s, kernels::conv_nchwc_default_knobs(s, Isa::Avx512, fam), Isa::Avx512, testing::kTwo, {});
+  }
 }
 
 TEST(ConvNchwc, LayoutRoundTrips) {

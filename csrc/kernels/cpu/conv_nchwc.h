@@ -80,8 +80,19 @@ int conv_nchwc_max_reg_n(Isa isa, int oc_bn);
 // ic_bn == oc_bn for depthwise).
 void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa);
 
+// The AVX-512 register tile a conv with a multiple of 64 output channels (not depthwise) takes by
+// default: four zmm x 7 positions (a broadcast feeds four FMAs) or two zmm x 14 positions (half the
+// weight bytes per FMA). Which one is faster was measured to differ between microarchitectures
+// (see conv_nchwc_tile_family() in conv_nchwc.cc); the rest of the heuristic is the same.
+enum class ConvTileFamily : int8_t { Oc64x7, Oc32x14 };
+// This CPU's (cpuid), unless DNNFUSION_CONV_TILES=64x7|32x14 overrides it (read once).
+ConvTileFamily conv_nchwc_tile_family();
+
 // Deterministic heuristic knobs (no timing). s must be supported.
-ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa = active_isa());
+ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa, ConvTileFamily tiles);
+inline ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa = active_isa()) {
+  return conv_nchwc_default_knobs(s, isa, conv_nchwc_tile_family());
+}
 
 // The tuning space: ic_bn from the powers of two up to 64 dividing C (and C itself when C <= 64),
 // oc_bn from the ISA's blocks, reg_n from {max, 28, 16, 14, 8, 7, 4, 2} within the register budget

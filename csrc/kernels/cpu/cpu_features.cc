@@ -86,6 +86,27 @@ const char* isa_name(Isa isa) {
   return "unknown";
 }
 
+const CpuId& cpu_id() {
+  static const CpuId id = [] {
+    CpuId r;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+      char vendor[13] = {0};
+      std::memcpy(vendor, &b, 4);
+      std::memcpy(vendor + 4, &d, 4);
+      std::memcpy(vendor + 8, &c, 4);
+      r.amd = std::strcmp(vendor, "AuthenticAMD") == 0;
+      r.intel = std::strcmp(vendor, "GenuineIntel") == 0;
+    }
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+      r.family = ((a >> 8) & 0xf) + ((a >> 20) & 0xff);
+      r.model = ((a >> 4) & 0xf) | ((a >> 12) & 0xf0);
+    }
+    return r;
+  }();
+  return id;
+}
+
 std::string cpu_brand() {
   unsigned regs[12] = {0};
   char brand[49] = {0};

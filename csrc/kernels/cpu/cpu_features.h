@@ -25,5 +25,12 @@ bool isa_supported(Isa isa);
 // The CPU's brand string and family/model/stepping, e.g. "Intel(R) Xeon(R) ... [6/167/8]": what
 // -march=native code and measured profiles are specific to.
 std::string cpu_brand();
+// Vendor and display family/model from cpuid (leaves 0 and 1), for the few defaults whose best
+// value was measured to differ between microarchitectures (each such default says where).
+struct CpuId {
+  bool amd = false, intel = false;
+  unsigned family = 0, model = 0;
+};
+const CpuId& cpu_id();
 
 }  // namespace dnnfusion::kernels
