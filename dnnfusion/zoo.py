@@ -111,9 +111,13 @@ class Comparison:
             aot_out = first_tensor(self.aot(*inputs))
             self.aot_rel_err = (aot_out - self.ref).abs().max().item() / self.ref.abs().max().item()
 
-    def time(self, runs=20, warmup=3):
+    def time(self, runs=20, warmup=3, gap_s=0.01):
         """Interleaved rounds (eager, dnnfusion, eager, ...) so machine noise hits all alike.
-        Returns the per-run seconds of (eager, dnnfusion), then dnnfusion.compile's with `aot`."""
+        Returns the per-run seconds of (eager, dnnfusion), then dnnfusion.compile's with `aot`.
+        Each timed call follows an idle gap of gap_s: after eager PyTorch work, torch's OpenMP
+        workers spin for a few ms and share the CPUs with whatever runs next (resnet50 at batch 1
+        on 2 vCPUs: 15.4 ms for dnnfusion after an idle gap, 21.7 ms right after an eager call), so
+        without a gap the system timed after eager would pay for eager's threads."""
         import time
 
         fns = [self.model, self.compiled] + ([self.aot] if self.aot else [])
@@ -124,6 +128,8 @@ class Comparison:
                     fn(*self.inputs)
             for _ in range(runs):
                 for fn, ts in zip(fns, times):
+                    if gap_s:
+                        time.sleep(gap_s)
                     t = time.perf_counter()
                     fn(*self.inputs)
                     ts.append(time.perf_counter() - t)

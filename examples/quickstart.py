@@ -1,6 +1,6 @@
 """dnnfusion quickstart: compile real models with torch.compile(backend="dnnfusion") and ahead of
 time with dnnfusion.compile, check both against eager PyTorch, and time all three (median of
-interleaved runs, same thread count).
+interleaved runs, each after a 10 ms idle gap, same thread count).
 
     python examples/quickstart.py [--threads 2] [--runs 20] [--models resnet50,distilbert]
 """
