@@ -117,14 +117,17 @@ void ukernel_rows(int64_t kc, const float* Ap, const float* Bp, float* C, int64_
 
 // B block (kc x nc = 384 x 480 floats, 720 KB) stays in L2 while each 12-row A micro-panel (18 KB)
 // sits in L1 and is reused across the whole block; B packed per call pays its packing once per
-// block, so the block is large. Pre-packed B (weights) uses 512 x 96 (192 KB): small enough that
-// it, the next block (prefetched into L2 while this one computes) and the packed A rows fit a 2 MB
-// L2 together, where 384 x 480 (two blocks plus A ~1.9 MB) left the weights streaming from L3. Measured with
-// weights not in L2 (a different copy per call, as a model streams its layers), 2 threads, Xeon,
-// 384 x 480 -> 512 x 96: bert-base's GEMMs at M = 128 (qkv, ffn up, ffn down, attention out)
-// 294/285/273/262 -> 320/315/302/298 GFLOP/s, at M = 1024 307/309 -> 309/317, M = 50 220 -> 256,
-// GEMVs unchanged; bert-base end to end 85.8/86.8 -> 80.2-81.3 ms (separate processes; 512 x 192
-// measured 80.8-83.4).
+// block, so the block is large. Pre-packed B (weights) uses 768 x 96 (288 KB): narrow, so that
+// it, the next block (prefetched into L2 while this one computes) and the packed A rows fit L2
+// together, where 384 x 480 (two blocks plus A ~1.9 MB) left the weights streaming from L3; deep,
+// so that a transformer's K = 768 is one block and a K = 3072 four, each K block boundary being
+// one more pass of C through the caches. Measured with weights not in L2 (a different copy per
+// call, as a model streams its layers), 2 threads: Xeon (2 MB L2), 384 x 480 -> 512 x 96:
+// bert-base's GEMMs at M = 128 (qkv, ffn up, ffn down, attention out) 294/285/273/262 ->
+// 320/315/302/298 GFLOP/s, bert-base 85.8/86.8 -> 80.2-81.3 ms; AMD Zen 5 (1 MB L2), 512 x 96 ->
+// 768 x 96 in three alternating runs: at M = 1024 (batch 8) 496-505 -> 505-522 GFLOP/s, at
+// M = 128 ffn down 418-487 -> 471-486 and the others 0-4% faster; bert-base at batch 8
+// 394-406 -> 383-387 ms, batch 1 level; 1024 x 96 no better than 768.
 constexpr UkFn kByRows[kMR + 1] = {nullptr,           &ukernel_rows<1>,  &ukernel_rows<2>, &ukernel_rows<3>,
                                    &ukernel_rows<4>,  &ukernel_rows<5>,  &ukernel_rows<6>, &ukernel_rows<7>,
                                    &ukernel_rows<8>,  &ukernel_rows<9>,  &ukernel_rows<10>, &ukernel_rows<11>,
@@ -172,7 +175,7 @@ void transpose_lines(const float* src, int64_t stride, int lines, int64_t n, flo
   }
 }
 
-constexpr UkInfo kInfo{kMR, kNR, &ukernel_rows<kMR>, 384, 1536, 480, kByRows, 512, 96, &transpose_lines};
+constexpr UkInfo kInfo{kMR, kNR, &ukernel_rows<kMR>, 384, 1536, 480, kByRows, 768, 96, &transpose_lines};
 
 }  // namespace
 

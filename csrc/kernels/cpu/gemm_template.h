@@ -98,13 +98,12 @@ struct Pass {
 // 24 zmm accumulators; per k step two 16-wide loads of packed B and 12 broadcasts of packed A.
 // B block (kc x nc = 384 x 480 floats, 720 KB) stays in L2 while each 12-row A micro-panel
 // (18 KB) sits in L1 and is reused across the whole block. A B packed at compile time (a weight)
-// uses 512 x 96 (192 KB), as the library kernel does (gemm_avx512.cc says why): the block, the
-// next one prefetched beside it and the packed A rows then fit a 2 MB L2 together. Measured in one
-// process, called interleaved with 384 x 480: bert-base (its GELU GEMMs run here) 2.6% and 5%
-// faster at batch 1 in two runs, level at batch 8, 2 threads.
+// uses 768 x 96 (288 KB), as the library kernel does (gemm_avx512.cc says why and what it was
+// measured against): the block, the next one prefetched beside it and the packed A rows fit L2
+// together, and a transformer's K = 768 is one block.
 constexpr int kMR = 12, kNR = 32;
 constexpr int64_t kKC = 384, kMC = 1536, kNC = 480;
-constexpr int64_t kKCPacked = 512, kNCPacked = 96;
+constexpr int64_t kKCPacked = 768, kNCPacked = 96;
 constexpr int kRowBuckets[] = {1, 4, 8, 12};
 using Vec = __m512;
 constexpr int kW = 16;
