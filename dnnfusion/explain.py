@@ -219,9 +219,17 @@ def explain(model, *example_inputs, options=None, compare_modes=True, graph=None
     memory, and the fusion section: ops before/after rewriting, rules applied, the fused blocks with
     their mapping types, IRS bytes and compile time. With `compare_modes` the model is also compiled
     in the other fusion modes for a kernels/IRS comparison. `graph="fused.svg"` draws the fused
-    graph (graphviz `dot` if installed, else a text rendering written to that path)."""
+    graph (graphviz `dot` if installed, else a text rendering written to that path).
+    A model from ``dnnfusion.compile`` is reported as it was compiled (its options, its last input
+    signature; inputs given here are run through it first, compiling their signature if new)."""
+    from .compiled_model import CompiledModel
     from .options import parse_options
 
+    if isinstance(model, CompiledModel):
+        return _explain_compiled(model, example_inputs, options, graph)
+    if not example_inputs:
+        raise TypeError("dnnfusion.explain(model, *example_inputs): no example inputs given; the model is compiled "
+                        "on them (e.g. dnnfusion.explain(model, x))")
     opts = dict(options or {})
     mode = parse_options(opts).fusion
     per_mode = {}
@@ -239,6 +247,21 @@ def explain(model, *example_inputs, options=None, compare_modes=True, graph=None
     if graphs is None:
         graphs = _compile_and_collect(model, example_inputs, opts)
     report = ExplainReport(graphs, mode=mode, per_mode=per_mode if compare_modes else None)
+    if graph:
+        from .fused_graph import draw_fused_graph
+
+        report.graph_file = draw_fused_graph(report, graph)
+    return report
+
+
+def _explain_compiled(compiled, example_inputs, options, graph):
+    if options is not None:
+        raise ValueError("dnnfusion.explain: a model from dnnfusion.compile keeps the options it was compiled with; "
+                         "pass options=None (or explain the original module with these options)")
+    if example_inputs:
+        with torch.no_grad():
+            compiled(*example_inputs)
+    report = compiled.explain()
     if graph:
         from .fused_graph import draw_fused_graph
 

@@ -199,3 +199,21 @@ def test_a_buffer_the_model_updates_stays_live():
 def test_errors_name_the_problem(make, args, kwargs, options, error, words):
     with pytest.raises(error, match=words):
         dnnfusion.compile(make(), args, kwargs, options=options)
+
+
+def test_dnnfusion_explain_reports_a_compiled_model_as_compiled():
+    model = convnet()
+    x, x2 = torch.randn(1, 3, 8, 8), torch.randn(2, 3, 8, 8)
+    cm = dnnfusion.compile(model, (x,), options={"threads": 2})
+    rep = dnnfusion.explain(cm)
+    assert str(rep) == str(cm.explain())
+    assert rep.ops_core == rep.ops_total and rep.n_core > 1  # the model's ops, not one opaque call
+    rep2 = dnnfusion.explain(cm, x2)  # a new signature: compiled, then reported
+    assert len(cm.reports) == 2 and str(rep2) == str(cm.explain())
+    with pytest.raises(ValueError, match="keeps the options it was compiled with"):
+        dnnfusion.explain(cm, x, options={"fusion": "tvm"})
+
+
+def test_dnnfusion_explain_without_inputs_is_a_clear_error():
+    with pytest.raises(TypeError, match="no example inputs given"):
+        dnnfusion.explain(convnet())
