@@ -3,7 +3,8 @@
 // compare and an OR per vector; here one pass holds the whole block in four zmm and the NaN lanes
 // in mask registers, reading each input line once. Cache-hot, 2 threads: VGG-16's 64-channel
 // 224 -> 112 pool 404 -> 270 us, its 128-channel 112 -> 56 189 -> 118 us, ResNet's 3x3/2 stem pool
-// 120 -> 83 us (in the model the SSE row took 0.78 ms for the first, ONNX Runtime 0.31 ms).
+// 120 -> 83 us (in the model the SSE row took 0.78 ms for the first, ONNX Runtime 0.31 ms). The
+// row also prefetches the rows the next output row adds (the driver's next_rows says which).
 #include <immintrin.h>
 
 #include <limits>
@@ -19,10 +20,12 @@ namespace {
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 template <int NV>
 void row_lanes(const Pool2dShape& s, const float* plane, int64_t oh, TapRange rows, const TapRange* cols,
-               float* out, int64_t b) {
+               float* out, int64_t b, const char* pf, int64_t pf_lines) {
   const __m512 ninf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   const __m512 nan = _mm512_castsi512_ps(_mm512_set1_epi32(-1));
+  const int64_t pf_per = (pf_lines + s.OW - 1) / s.OW;  // no std:: helpers here: see the header
   for (int64_t ow = 0; ow < s.OW; ++ow) {
+    for (int64_t l = 0; l < pf_per && pf_lines > 0; ++l, --pf_lines, pf += 64) _mm_prefetch(pf, _MM_HINT_T0);
     __m512 acc[NV];
     __mmask16 bad[NV];
     for (int v = 0; v < NV; ++v) {
@@ -48,13 +51,14 @@ void row_lanes(const Pool2dShape& s, const float* plane, int64_t oh, TapRange ro
 }  // namespace
 
 void max_row_avx512(const Pool2dShape& s, const float* plane, int64_t oh, TapRange rows, const TapRange* cols,
-                    float* out, int64_t b) {
-  for (int64_t l = 0; l < b;) {  // lanes in groups of up to 64
+                    float* out, int64_t b, const char* pf, int64_t pf_lines) {
+  for (int64_t l = 0; l < b;) {  // lanes in groups of up to 64; the first group prefetches
     const int64_t left = (b - l) / 16;
-    if (left >= 4) row_lanes<4>(s, plane + l, oh, rows, cols, out + l, b), l += 64;
-    else if (left == 3) row_lanes<3>(s, plane + l, oh, rows, cols, out + l, b), l += 48;
-    else if (left == 2) row_lanes<2>(s, plane + l, oh, rows, cols, out + l, b), l += 32;
-    else row_lanes<1>(s, plane + l, oh, rows, cols, out + l, b), l += 16;
+    if (left >= 4) row_lanes<4>(s, plane + l, oh, rows, cols, out + l, b, pf, pf_lines), l += 64;
+    else if (left == 3) row_lanes<3>(s, plane + l, oh, rows, cols, out + l, b, pf, pf_lines), l += 48;
+    else if (left == 2) row_lanes<2>(s, plane + l, oh, rows, cols, out + l, b, pf, pf_lines), l += 32;
+    else row_lanes<1>(s, plane + l, oh, rows, cols, out + l, b, pf, pf_lines), l += 16;
+    pf_lines = 0;
   }
 }
 
