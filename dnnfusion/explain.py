@@ -223,10 +223,21 @@ def explain(model, *example_inputs, options=None, compare_modes=True, graph=None
     A model from ``dnnfusion.compile`` is reported as it was compiled (its options, its last input
     signature; inputs given here are run through it first, compiling their signature if new)."""
     from .compiled_model import CompiledModel
-    from .options import parse_options
 
     if isinstance(model, CompiledModel):
-        return _explain_compiled(model, example_inputs, options, graph)
+        report = _explain_compiled(model, example_inputs, options)
+    else:
+        report = _explain_module(model, example_inputs, options, compare_modes)
+    if graph:
+        from .fused_graph import draw_fused_graph
+
+        report.graph_file = draw_fused_graph(report, graph)
+    return report
+
+
+def _explain_module(model, example_inputs, options, compare_modes):
+    from .options import parse_options
+
     if not example_inputs:
         raise TypeError("dnnfusion.explain(model, *example_inputs): no example inputs given; the model is compiled "
                         "on them (e.g. dnnfusion.explain(model, x))")
@@ -246,24 +257,14 @@ def explain(model, *example_inputs, options=None, compare_modes=True, graph=None
             graphs = gs
     if graphs is None:
         graphs = _compile_and_collect(model, example_inputs, opts)
-    report = ExplainReport(graphs, mode=mode, per_mode=per_mode if compare_modes else None)
-    if graph:
-        from .fused_graph import draw_fused_graph
-
-        report.graph_file = draw_fused_graph(report, graph)
-    return report
+    return ExplainReport(graphs, mode=mode, per_mode=per_mode if compare_modes else None)
 
 
-def _explain_compiled(compiled, example_inputs, options, graph):
+def _explain_compiled(compiled, example_inputs, options):
     if options is not None:
         raise ValueError("dnnfusion.explain: a model from dnnfusion.compile keeps the options it was compiled with; "
                          "pass options=None (or explain the original module with these options)")
     if example_inputs:
         with torch.no_grad():
             compiled(*example_inputs)
-    report = compiled.explain()
-    if graph:
-        from .fused_graph import draw_fused_graph
-
-        report.graph_file = draw_fused_graph(report, graph)
-    return report
+    return compiled.explain()
