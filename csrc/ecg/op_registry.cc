@@ -279,10 +279,19 @@ int64_t node_flops(const Graph& g, const Node& n) {
       const auto w = n.attr_ints("weight_shape");  // the original [K, C/groups, R, S]
       for (size_t i = 1; i < w.size(); ++i) per_out *= w[i];
       int64_t flops = per_out * out_numel();
-      if (n.has_attr("expand_weight_shape")) {  // the fused 1x1 expand, over the input's positions
+      if (n.has_attr("expand_weight_shape")) {  // the fused first conv, over its output positions
         const auto we = n.attr_ints("expand_weight_shape");
         const auto& x = g.value(n.inputs[0]).shape;  // [N, Cb, H, W, b]
-        flops += 2 * we.at(0) * we.at(1) * x.at(0) * x.at(2) * x.at(3);
+        const auto st = n.attr_ints("expand_stride", {1}), pd = n.attr_ints("expand_padding", {0}),
+                   dl = n.attr_ints("expand_dilation", {1});
+        auto at = [](const std::vector<int64_t>& v, size_t i, int64_t d) {
+          return v.empty() ? d : v[std::min(i, v.size() - 1)];
+        };
+        auto out = [&](size_t i) {  // (in + 2p - d(k-1) - 1) / s + 1
+          const int64_t span = x.at(2 + i) + 2 * at(pd, i, 0) - at(dl, i, 1) * (we.at(2 + i) - 1) - 1;
+          return span < 0 ? int64_t{0} : span / at(st, i, 1) + 1;
+        };
+        flops += 2 * we.at(0) * we.at(1) * we.at(2) * we.at(3) * x.at(0) * out(0) * out(1);
       }
       return flops;
     }

@@ -28,7 +28,7 @@ def explain_lines(regions):
     lines.append(f"  GEMM weights packed at compile : {total(regions, 'gemms_packed')}")
     fused_ed = total(regions, "expand_dw_fused")
     if fused_ed:
-        lines.append(f"  expand + depthwise convs fused : {fused_ed} (the expanded tensor is never written)")
+        lines.append(f"  conv + depthwise fused         : {fused_ed} pairs (the first conv's output is never written)")
     tuned = total(regions, "convs_tuned_now")
     if tuned:
         lines.append(f"  conv workloads tuned now       : {tuned} (stored in the tuning database)")

@@ -1,11 +1,13 @@
-// conv2d_nchwc_expand_dw (1x1 expand + activation + depthwise, fused in row windows) against
+// conv2d_nchwc_expand_dw (1x1 expand or any groups-1 conv + activation + depthwise, fused in row
+// windows) against
 //  (a) the plain NCHW reference convolutions with the activation in between, and
 //  (b) the unfused blocked path (conv2d_nchwc, activation, conv2d_nchwc) with the same knobs,
 //      which it must equal exactly for none/relu/relu6;
 // on every ISA the CPU has, every block size the ISA offers, serial and two threads. Shapes cover
 // stride 1/2, 3x3/5x5, dilation, padding wider than the taps, channels that pad the last block,
 // rows wide enough that a window holds one row (the moved-overlap path), tiny images and
-// batches; padded input lanes hold NaN; the epilogue sees every output element once.
+// batches, and first convs with their own kernel size, stride, padding and dilation (a stem over
+// 3 image channels); padded input lanes hold NaN; the epilogue sees every output element once.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -31,6 +33,7 @@ using kernels::Isa;
 struct Case {
   const char* name;
   int64_t N, C, H, W, M, R, stride, pad, dil;
+  int64_t eR = 1, e_stride = 1, e_pad = 0, e_dil = 1;  // the first conv (1x1 expand unless given)
 };
 
 const Case kCases[] = {
@@ -44,11 +47,20 @@ const Case kCases[] = {
     {"wide rows s2", 1, 8, 11, 290, 64, 3, 2, 1, 1},
     {"single pixel", 2, 5, 1, 1, 20, 3, 1, 1, 1},
     {"tall narrow", 1, 16, 40, 3, 16, 3, 1, 1, 1},
+    {"stem 3x3 s2 from 3 channels", 2, 3, 23, 20, 32, 3, 1, 1, 1, 3, 2, 1, 1},
+    {"3x3 s1 first, dw s2", 1, 8, 13, 12, 24, 3, 2, 1, 1, 3, 1, 1, 1},
+    {"5x5 s2 p1 first, dw 5x5", 1, 5, 21, 18, 16, 5, 1, 2, 1, 5, 2, 1, 1},
+    {"3x3 dil2 unpadded first", 2, 4, 12, 11, 20, 3, 1, 1, 1, 3, 1, 0, 2},
+    {"1x1 s2 first", 1, 8, 15, 16, 16, 3, 1, 1, 1, 1, 2, 0, 1},
+    {"stem, wide rows", 1, 3, 9, 600, 32, 3, 1, 1, 1, 3, 2, 1, 1},
 };
 
-Conv2dShape expand_shape(const Case& c) { return {c.N, c.C, c.H, c.W, c.M, 1, 1, 1, 1, 0, 0, 1, 1, 1}; }
+Conv2dShape expand_shape(const Case& c) {
+  return {c.N, c.C, c.H, c.W, c.M, c.eR, c.eR, c.e_stride, c.e_stride, c.e_pad, c.e_pad, c.e_dil, c.e_dil, 1};
+}
 Conv2dShape dw_shape(const Case& c) {
-  return {c.N, c.M, c.H, c.W, c.M, c.R, c.R, c.stride, c.stride, c.pad, c.pad, c.dil, c.dil, c.M};
+  const Conv2dShape e = expand_shape(c);
+  return {c.N, c.M, e.OH(), e.OW(), c.M, c.R, c.R, c.stride, c.stride, c.pad, c.pad, c.dil, c.dil, c.M};
 }
 
 float ref_act(float v, ExpandAct a) {
@@ -85,15 +97,15 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, ExpandAct 
                " isa=" + kernels::isa_name(isa) +
                " threads=" + std::to_string(par.num_threads()) + " hook=" + std::to_string(hook));
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  const int64_t HW = c.H * c.W, OH = d.OH(), OW = d.OW();
+  const int64_t HW = c.H * c.W, MHW = d.H * d.W, OH = d.OH(), OW = d.OW();
   const auto x = testing::random_vec(rng, static_cast<size_t>(c.N * c.C * HW));
-  const auto w1 = testing::random_vec(rng, static_cast<size_t>(c.M * c.C), -0.5f, 0.5f);
+  const auto w1 = testing::random_vec(rng, static_cast<size_t>(c.M * c.C * c.eR * c.eR), -0.5f, 0.5f);
   const auto b1 = testing::random_vec(rng, static_cast<size_t>(c.M), -4.f, 4.f);  // relu6 clips both sides
   const auto w2 = testing::random_vec(rng, static_cast<size_t>(c.M * c.R * c.R));
   const auto b2 = testing::random_vec(rng, static_cast<size_t>(c.M));
 
   // (a) the NCHW reference.
-  std::vector<float> mid(static_cast<size_t>(c.N * c.M * HW)), ref(static_cast<size_t>(c.N * c.M * OH * OW));
+  std::vector<float> mid(static_cast<size_t>(c.N * c.M * MHW)), ref(static_cast<size_t>(c.N * c.M * OH * OW));
   reference::ref_conv2d_nchw(e, x.data(), w1.data(), b1.data(), mid.data(), Activation::None);
   for (auto& v : mid) v = ref_act(v, act);
   reference::ref_conv2d_nchw(d, mid.data(), w2.data(), b2.data(), ref.data(), Activation::None);
@@ -147,7 +159,7 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, ExpandAct 
   };
   Activation ta, tb;
   if (!hook && tile_act(act, &ta) && tile_act(out_act, &tb)) {
-    std::vector<float> mb(static_cast<size_t>(kernels::nchwc_floats(c.N, c.M, c.H, c.W, b)));
+    std::vector<float> mb(static_cast<size_t>(kernels::nchwc_floats(c.N, c.M, d.H, d.W, b)));
     std::vector<float> yu(yb_size);
     kernels::conv2d_nchwc(e, ke, xb.data(), p1.data(), b1.data(), nullptr, ta, mb.data(), testing::kSerial, {}, isa);
     kernels::conv2d_nchwc(d, kd, mb.data(), p2.data(), b2.data(), nullptr, tb, yu.data(), testing::kSerial, {}, isa);
@@ -216,7 +228,12 @@ TEST(ConvNchwcExpandDw, InvalidShapesThrow) {
   Conv2dShape e3 = e;
   e3.R = e3.S = 3;
   e3.pad_h = e3.pad_w = 1;
-  EXPECT_THROW(kernels::conv_nchwc_expand_dw_check(e3, ke, d, kd, isa), Error);  // not 1x1
+  EXPECT_NO_THROW(kernels::conv_nchwc_expand_dw_check(e3, ke, d, kd, isa));  // 3x3 "same": 6x6 out
+  e3.stride_h = e3.stride_w = 2;
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_check(e3, ke, d, kd, isa), Error);  // 3x3 out, dw reads 6x6
+  Conv2dShape eg = e;
+  eg.groups = 2;
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_check(eg, ke, d, kd, isa), Error);  // grouped first conv
   Conv2dShape dg = d;
   dg.groups = 1;
   EXPECT_THROW(kernels::conv_nchwc_expand_dw_check(e, ke, dg, kd, isa), Error);  // not depthwise

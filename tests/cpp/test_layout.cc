@@ -290,18 +290,21 @@ TEST(LayoutFoldInputScale, SqueezeExcitationGateFoldsIntoTheProjection) {
 
 // An inverted residual front: 1x1 expand -> activation -> depthwise 3x3 (-> relu6 and a residual
 // add the fusion planner keeps as the fused node's epilogue). Fuses into one conv2d_nchwc_expand_dw
-// for each activation the kernel runs and for none; not when the expanded value has a second user,
-// the activation is another op, or the first conv is not 1x1.
+// for each activation the kernel runs and for none, and for a first conv of another kernel size
+// or stride (a stem); not when the expanded value has a second user or the activation is another
+// op. (A grouped first conv is refused by the pass's groups == 1 test and the kernel's check.)
 struct InvertedResidual {
   std::string act = "relu6";  // hardtanh(0, 6); "" = none
   bool second_user = false;
   int64_t expand_k = 1;
   int64_t stride = 1;
+  int64_t expand_stride = 1;
 };
 
 ecg::Graph inverted_residual(GraphBuilder& B, const InvertedResidual& c) {
   int x = B.input({2, 16, 10, 11});
-  int e = B.conv(x, B.weight({40, 16, c.expand_k, c.expand_k}, 0.05f, 0.2f), B.weight({40}), 1, c.expand_k / 2);
+  int e = B.conv(x, B.weight({40, 16, c.expand_k, c.expand_k}, 0.05f, 0.2f), B.weight({40}), c.expand_stride,
+                 c.expand_k / 2);
   if (c.act == "relu6") e = B.un("hardtanh", e, {{"min_val", 0.0}, {"max_val", 6.0}});
   else if (!c.act.empty()) e = B.un(c.act, e);
   int d = B.conv(e, B.weight({40, 1, 3, 3}, -0.5f, 0.5f), B.weight({40}), c.stride, 1, 40);
@@ -318,10 +321,12 @@ TEST(LayoutFuseExpandDepthwise, InvertedResidualFrontBecomesOneKernel) {
   };
   const Case cases[] = {{{"relu6"}, 1},         {{"relu"}, 1},          {{"hardswish"}, 1}, {{"silu", false, 1, 2}, 1},
                         {{""}, 1},              {{"gelu"}, 0},          {{"relu6", true}, 0},
-                        {{"relu6", false, 3}, 0}};
+                        {{"relu6", false, 3}, 1}, {{"hardswish", false, 3, 1, 2}, 1},
+                        {{"relu", false, 1, 2, 2}, 1}};
   for (const Case& c : cases) {
     SCOPED_TRACE("act=" + c.ir.act + " second_user=" + std::to_string(c.ir.second_user) +
-                 " expand_k=" + std::to_string(c.ir.expand_k) + " stride=" + std::to_string(c.ir.stride));
+                 " expand_k=" + std::to_string(c.ir.expand_k) + " stride=" + std::to_string(c.ir.stride) +
+                 " expand_stride=" + std::to_string(c.ir.expand_stride));
     std::mt19937_64 rng(testing::test_seed());
     GraphBuilder B(rng);
     ecg::Graph g = inverted_residual(B, c.ir);
@@ -337,7 +342,9 @@ TEST(LayoutFuseExpandDepthwise, InvertedResidualFrontBecomesOneKernel) {
         if (n.op == "conv2d_nchwc_expand_dw") {
           EXPECT_EQ(n.attr_str("expand_act"), c.ir.act.empty() ? "none" : c.ir.act);
           EXPECT_EQ(n.attr_str("dw_act"), "relu6");  // the depthwise conv's hardtanh(0, 6) too
-          EXPECT_EQ(n.attr_ints("expand_weight_shape"), (std::vector<int64_t>{40, 16, 1, 1}));
+          EXPECT_EQ(n.attr_ints("expand_weight_shape"), (std::vector<int64_t>{40, 16, c.ir.expand_k, c.ir.expand_k}));
+          EXPECT_EQ(n.attr_ints("expand_stride", {1}).at(0), c.ir.expand_stride);
+          EXPECT_EQ(n.attr_ints("expand_padding", {0}).at(0), c.ir.expand_k / 2);
           EXPECT_EQ(n.attr_int("groups"), 40);
         }
       EXPECT_EQ(count_op(out, "hardtanh") + count_op(out, c.ir.act.empty() ? "hardtanh" : c.ir.act), 0)

@@ -63,16 +63,14 @@ void conv_nchwc_expand_dw_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, 
                                 const ConvNchwcKnobs& kd, Isa isa) {
   conv_nchwc_check(e, ke, isa);
   conv_nchwc_check(d, kd, isa);
-  if (e.groups != 1 || e.R != 1 || e.S != 1 || e.stride_h != 1 || e.stride_w != 1 || e.pad_h != 0 || e.pad_w != 0)
-    DNNF_THROW("conv2d_nchwc_expand_dw: the expand conv must be 1x1, stride 1, unpadded, groups 1 (got ", e.R, "x",
-               e.S, ", stride ", e.stride_h, "x", e.stride_w, ", padding ", e.pad_h, "x", e.pad_w, ", groups ",
-               e.groups, ")");
+  if (e.groups != 1)
+    DNNF_THROW("conv2d_nchwc_expand_dw: the first conv must have groups 1 (got ", e.groups, ")");
   if (!(d.groups == d.C && d.C == d.K && d.groups > 1))
     DNNF_THROW("conv2d_nchwc_expand_dw: the second conv must be depthwise (groups == C == K; got groups=", d.groups,
                ", C=", d.C, ", K=", d.K, ")");
-  if (d.C != e.K || d.N != e.N || d.H != e.H || d.W != e.W)
+  if (d.C != e.K || d.N != e.N || d.H != e.OH() || d.W != e.OW())
     DNNF_THROW("conv2d_nchwc_expand_dw: the depthwise conv's input (", d.N, "x", d.C, "x", d.H, "x", d.W,
-               ") is not the expand conv's output (", e.N, "x", e.K, "x", e.H, "x", e.W, ")");
+               ") is not the first conv's output (", e.N, "x", e.K, "x", e.OH(), "x", e.OW(), ")");
   if (ke.oc_bn != kd.oc_bn)
     DNNF_THROW("conv2d_nchwc_expand_dw: the expand output block (oc_bn=", ke.oc_bn,
                ") must be the depthwise block (", kd.oc_bn, ")");
@@ -88,9 +86,12 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
              "conv2d_nchwc_expand_dw: x, the weights and y must not be null");
   const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
   const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(out_act));
-  const int64_t N = e.N, H = e.H, W = e.W, b = kd.oc_bn, Mb = ceil_div(e.K, b);
+  // H x W: the first conv's output, the plane the window holds rows of.
+  const int64_t N = e.N, H = e.OH(), W = e.OW(), b = kd.oc_bn, Mb = ceil_div(e.K, b);
   const int64_t OH = d.OH(), OW = d.OW(), sh = d.stride_h;
-  const int64_t x_img = nchwc_floats(1, e.C, H, W, ke.ic_bn), y_img = nchwc_floats(1, e.K, OH, OW, b);
+  const int64_t x_img = nchwc_floats(1, e.C, e.H, e.W, ke.ic_bn), y_img = nchwc_floats(1, e.K, OH, OW, b);
+  // A 1x1 stride-1 unpadded first conv computes a run of rows as one run of positions.
+  const bool flat = e.R == 1 && e.S == 1 && e.stride_h == 1 && e.stride_w == 1 && e.pad_h == 0 && e.pad_w == 0;
   const int64_t taps_h = (d.R - 1) * d.dil_h + 1;  // input rows one output row's taps span
   const int64_t row_floats = W * b;
   const int64_t chunk = std::max<int64_t>(1, (std::max<int64_t>(taps_h, kWindowBytes / (row_floats * 4)) - taps_h) / sh + 1);
@@ -141,7 +142,12 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
         lo = need_lo;
         if (need_hi > from) {
           float* dst = win + (from - lo) * row_floats;
-          expand_rows.run(kb, 0, from * W, need_hi * W, xn, 0, dst, nullptr, nullptr, stage);
+          if (flat) {
+            expand_rows.run(kb, 0, from * W, need_hi * W, xn, 0, dst, nullptr, nullptr, stage);
+          } else {
+            for (int64_t r = from; r < need_hi; ++r)
+              expand_rows.run(kb, r, 0, W, xn, 0, dst + (r - from) * row_floats, nullptr, nullptr, stage);
+          }
           activate(dst, (need_hi - from) * row_floats, act, isa);
         }
         hi = std::max(need_hi, from);

@@ -2,13 +2,16 @@
 // convolution, its activation and the depthwise convolution that follows, on NCHW[b]c tensors,
 // without writing the expanded tensor. That tensor is the widest of the block (96 x 112 x 112
 // floats in MobileNet-V2: 4.8 MB, more than L2), and the two convolutions run memory-bound on it
-// when it makes the round trip. Here each work item owns one channel block of the expanded
-// tensor and a band of output rows: it computes the expanded rows the band's depthwise taps read
-// into a small per-thread window (kept in L1/L2), applies the activation, and runs the depthwise
-// rows from that window; rows shared with the next window are moved, not recomputed. Bands split
-// only where the threads would otherwise idle (the rows at a band's top edge are computed twice).
-// Both convolutions use conv2d_nchwc's tiles and knobs (conv_nchwc.h), so their results equal
-// running conv2d_nchwc, the activation, then conv2d_nchwc (bit for bit for None/Relu/Relu6).
+// when it makes the round trip. The first convolution may also be any groups-1 convolution (a
+// network's stem, 3x3 stride 2 over the image, whose 32 x 112 x 112 output the first depthwise
+// conv reads): the same holds for its output. Here each work item owns one channel block of the
+// first conv's output and a band of output rows: it computes the rows the band's depthwise taps
+// read into a small per-thread window (kept in L1/L2), applies the activation, and runs the
+// depthwise rows from that window; rows shared with the next window are moved, not recomputed.
+// Bands split only where the threads would otherwise idle (the rows at a band's top edge are
+// computed twice). Both convolutions use conv2d_nchwc's tiles and knobs (conv_nchwc.h), so their
+// results equal running conv2d_nchwc, the activation, then conv2d_nchwc (bit for bit for
+// None/Relu/Relu6).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -26,10 +29,11 @@ const char* expand_act_name(ExpandAct a);
 // hardswish, silu.
 ExpandAct expand_act_from_name(const std::string& name);
 
-// Throws dnnfusion::Error naming the problem unless: `expand` is a 1x1, stride-1, unpadded,
-// groups == 1 convolution C -> M; `dw` is depthwise over M channels of the same N x H x W input
-// (any kernel size, stride, padding and dilation); both pass conv_nchwc_check on isa; and the
-// expand's output block is the depthwise block (k_expand.oc_bn == k_dw.oc_bn).
+// Throws dnnfusion::Error naming the problem unless: `expand` is a groups == 1 convolution C -> M
+// (any kernel size, stride, padding and dilation; the 1x1 stride-1 unpadded one runs its rows as
+// one flat run); `dw` is depthwise over M channels of expand's N x OH x OW output (any kernel
+// size, stride, padding and dilation); both pass conv_nchwc_check on isa; and the expand's output
+// block is the depthwise block (k_expand.oc_bn == k_dw.oc_bn).
 void conv_nchwc_expand_dw_check(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand, const Conv2dShape& dw,
                                 const ConvNchwcKnobs& k_dw, Isa isa);
 

@@ -89,7 +89,7 @@ class CpuTarget final : public Target {
       // A conv -> conv fusion: beyond TVM's rules (and off with fusion off), so DNNFusion mode only.
       if (o.fusion == fusion::Mode::DnnFusion && o.fuse_expand_depthwise)
         p.push_back(counting_pass("fuse_expand_depthwise", layout::fuse_expand_depthwise,
-                                  "1x1 expand + depthwise convs fused", "", "expand_dw_fused"));
+                                  "conv + depthwise conv pairs fused", "", "expand_dw_fused"));
     }
     if (o.pack_gemm_weights) {
       p.push_back(counting_pass("pack_gemm_weights", layout::pack_gemm_weights, "GEMM weights packed", "", "gemms_packed"));

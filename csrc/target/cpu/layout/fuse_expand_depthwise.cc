@@ -36,16 +36,10 @@ std::string activation_of(const Node& n) {
   return "";
 }
 
+// The first conv: a groups-1 conv2d_nchwc without an input scale (a 1x1 expand, or a stem).
 bool is_expand(const Node& n) {
-  if (n.op != "conv2d_nchwc" || n.input_or_absent(3) >= 0 || n.attr_int("groups", 1) != 1) return false;
-  const auto ws = n.attr_ints("weight_shape", {});
-  const auto stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0});
-  auto all_eq = [](const std::vector<int64_t>& v, int64_t x) {
-    for (auto e : v)
-      if (e != x) return false;
-    return true;
-  };
-  return ws.size() == 4 && ws[2] == 1 && ws[3] == 1 && all_eq(stride, 1) && all_eq(pad, 0);
+  return n.op == "conv2d_nchwc" && n.input_or_absent(3) < 0 && n.attr_int("groups", 1) == 1 &&
+         n.attr_ints("weight_shape", {}).size() == 4;
 }
 
 bool is_depthwise(const Node& n) {
@@ -112,6 +106,8 @@ Graph fuse_expand_depthwise(const Graph& g, int* fused) {
     ecg::AttrMap attrs = n.attrs;
     for (const char* k : {"ic_bn", "reg_n", "unroll_ker", "in_channels", "weight_shape"})
       attrs[std::string("expand_") + k] = e.attrs.at(k);
+    for (const char* k : {"stride", "padding", "dilation"})
+      if (e.has_attr(k)) attrs[std::string("expand_") + k] = e.attrs.at(k);
     attrs["expand_act"] = it->second.act_name;
     attrs["dw_act"] = it->second.dw_act_name;
     rb.origin = e.origin + "+" + n.origin;

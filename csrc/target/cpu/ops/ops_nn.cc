@@ -151,7 +151,23 @@ void run_conv_nchwc(KernelCall& c) {
 kernels::Conv2dShape expand_shape(const Graph& g, const Node& n) {
   const auto ws = n.attr_ints("expand_weight_shape");
   const auto& x = shp(g, n.inputs[0]);
-  return kernels::Conv2dShape{x[0], n.attr_int("expand_in_channels"), x[2], x[3], ws.at(0), 1, 1, 1, 1, 0, 0, 1, 1, 1};
+  const auto stride = n.attr_ints("expand_stride", {1}), pad = n.attr_ints("expand_padding", {0}),
+             dil = n.attr_ints("expand_dilation", {1});
+  kernels::Conv2dShape s{};
+  s.N = x[0], s.C = n.attr_int("expand_in_channels"), s.H = x[2], s.W = x[3];
+  s.K = ws.at(0), s.R = ws.at(2), s.S = ws.at(3), s.groups = 1;
+  s.stride_h = at_or(stride, 0, 1), s.stride_w = at_or(stride, 1, 1);
+  s.pad_h = at_or(pad, 0, 0), s.pad_w = at_or(pad, 1, 0);
+  s.dil_h = at_or(dil, 0, 1), s.dil_w = at_or(dil, 1, 1);
+  return s;
+}
+
+// The depthwise conv reads the first conv's output, not the node's input x.
+kernels::Conv2dShape expand_dw_shape(const Graph& g, const Node& n) {
+  const kernels::Conv2dShape e = expand_shape(g, n);
+  kernels::Conv2dShape d = nchwc_conv_shape(g, n, true);
+  d.H = e.OH(), d.W = e.OW();
+  return d;
 }
 
 kernels::ConvNchwcKnobs expand_knobs(const Node& n) {
@@ -168,7 +184,7 @@ std::string check_conv_expand_dw(const Graph& g, const Node& n) {
   if (n.attr_ints("expand_weight_shape", {}).size() != 4 || n.attr_ints("weight_shape", {}).size() != 4)
     return "conv2d_nchwc_expand_dw without 4-D weight_shape / expand_weight_shape attributes";
   try {
-    const auto e = expand_shape(g, n), d = nchwc_conv_shape(g, n, true);
+    const auto e = expand_shape(g, n), d = expand_dw_shape(g, n);
     const auto ke = expand_knobs(n), kd = nchwc_knobs(n);
     kernels::conv_nchwc_expand_dw_check(e, ke, d, kd, kernels::active_isa());
     kernels::expand_act_from_name(n.attr_str("expand_act"));
@@ -185,7 +201,7 @@ std::string check_conv_expand_dw(const Graph& g, const Node& n) {
 
 void run_conv_expand_dw(KernelCall& c) {
   auto opt = [&](size_t slot) { return c.n.input_or_absent(slot) >= 0 ? fin(c, slot) : nullptr; };
-  kernels::conv2d_nchwc_expand_dw(expand_shape(c.g, c.n), expand_knobs(c.n), nchwc_conv_shape(c.g, c.n, true),
+  kernels::conv2d_nchwc_expand_dw(expand_shape(c.g, c.n), expand_knobs(c.n), expand_dw_shape(c.g, c.n),
                                   nchwc_knobs(c.n), fin(c, 0), fin(c, 1), opt(2),
                                   kernels::expand_act_from_name(c.n.attr_str("expand_act")), fin(c, 3), opt(4),
                                   kernels::expand_act_from_name(c.n.attr_str("dw_act")),
