@@ -202,9 +202,10 @@ std::vector<OpInfo> build_table() {
   add("convolution", M::ManyToMany, P::OutEWiseFusable, false, linear(), F::Convolution);
   // NCHW[x]c convolution (csrc/target/cpu/layout): input [N][C/x][H][W][x], weight packed by the op below.
   add("conv2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
-  // 1x1 conv2d_nchwc + activation + depthwise conv2d_nchwc in one kernel (layout/fuse_expand_depthwise):
-  // inputs (x, expand packed weight, expand bias, depthwise packed weight, depthwise bias).
-  add("conv2d_nchwc_expand_dw", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
+  // A groups-1 conv2d_nchwc + activation + depthwise conv2d_nchwc in one kernel
+  // (layout/fuse_expand_depthwise): inputs (x, first packed weight, first bias, depthwise packed
+  // weight, depthwise bias); outputs y and, after layout/fuse_channel_mean, y's mean over H and W.
+  add("conv2d_nchwc_expand_dw", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked, 0, 0);
   // A convolution with bias, residual add and ReLU/ReLU6 in one kernel generated for its weights
   // (csrc/target/cuda/graph/fuse_sparse_convs): inputs (x, weight, bias, residual), NCHW/KCRS.
   add("sparse_conv2d", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Convolution);

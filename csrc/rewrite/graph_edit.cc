@@ -78,6 +78,12 @@ int GraphRebuilder::add(const std::string& op, const std::vector<int>& inputs, c
   return out_.node(nid).outputs[0];
 }
 
+std::vector<int> GraphRebuilder::add_outputs(const std::string& op, const std::vector<int>& inputs,
+                                             const std::vector<ecg::OutputSpec>& outputs, ecg::AttrMap attrs) {
+  int nid = out_.add_node(op, inputs, outputs, std::move(attrs), origin);
+  return out_.node(nid).outputs;
+}
+
 int GraphRebuilder::binary(const std::string& op, int a, int b) {
   DNNF_CHECK(dtype(a) == DType::Float32 && dtype(b) == DType::Float32, op, ": rewrites emit float32 arithmetic only");
   return add(op, {a, b}, broadcast_shapes(shape(a), shape(b)), DType::Float32, {{"compute_dtype", std::string("float32")}});

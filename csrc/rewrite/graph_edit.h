@@ -41,6 +41,9 @@ class GraphRebuilder {
   DType dtype(int nv) const { return out_.value(nv).dtype; }
   int add(const std::string& op, const std::vector<int>& inputs, const std::vector<int64_t>& shape, DType dtype,
           ecg::AttrMap attrs = {});
+  // A node with several outputs; returns their new ids.
+  std::vector<int> add_outputs(const std::string& op, const std::vector<int>& inputs,
+                               const std::vector<ecg::OutputSpec>& outputs, ecg::AttrMap attrs = {});
   // Elementwise ops on float32 operands, numpy broadcasting.
   int binary(const std::string& op, int a, int b);
   int unary(const std::string& op, int a, ecg::AttrMap attrs = {});

@@ -2,7 +2,8 @@
 NCHW[x]c layouts, Winograd, GEMM weight packing and expand + depthwise fusion."""
 
 STATS_COUNTERS = ("convs_blocked", "convs_winograd_f2", "convs_winograd_f4", "layout_to_blocked", "layout_to_plain",
-                  "layout_reblocked", "layout_propagated", "convs_tuned_now", "expand_dw_fused", "gemms_packed")
+                  "layout_reblocked", "layout_propagated", "convs_tuned_now", "expand_dw_fused", "se_means_fused",
+                  "gemms_packed")
 STATS_NOTES = ("layout_method",)
 
 
@@ -29,6 +30,9 @@ def explain_lines(regions):
     fused_ed = total(regions, "expand_dw_fused")
     if fused_ed:
         lines.append(f"  conv + depthwise fused         : {fused_ed} pairs (the first conv's output is never written)")
+    se = total(regions, "se_means_fused")
+    if se:
+        lines.append(f"  ... with their SE mean         : {se} (summed in the kernel, not re-read)")
     tuned = total(regions, "convs_tuned_now")
     if tuned:
         lines.append(f"  conv workloads tuned now       : {tuned} (stored in the tuning database)")

@@ -7,7 +7,8 @@
 // stride 1/2, 3x3/5x5, dilation, padding wider than the taps, channels that pad the last block,
 // rows wide enough that a window holds one row (the moved-overlap path), tiny images and
 // batches, and first convs with their own kernel size, stride, padding and dilation (a stem over
-// 3 image channels); padded input lanes hold NaN; the epilogue sees every output element once.
+// 3 image channels); padded input lanes hold NaN; the epilogue sees every output element once;
+// the per-channel means (y_mean) match the reference's before the epilogue.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -110,6 +111,9 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, ExpandAct 
   for (auto& v : mid) v = ref_act(v, act);
   reference::ref_conv2d_nchw(d, mid.data(), w2.data(), b2.data(), ref.data(), Activation::None);
   for (auto& v : ref) v = ref_act(v, out_act);
+  std::vector<double> ref_mean(static_cast<size_t>(c.N * c.M), 0.0);  // before the epilogue
+  for (size_t i = 0; i < ref.size(); ++i) ref_mean[i / static_cast<size_t>(OH * OW)] += ref[i];
+  for (auto& m : ref_mean) m /= static_cast<double>(OH * OW);
   if (hook)
     for (auto& v : ref) v = 2.f * v + 1.f;
 
@@ -134,15 +138,24 @@ void check(std::mt19937_64& rng, const Case& c, int b, ExpandAct act, ExpandAct 
     log.y = yb.data();
     h = {&count_hook, &log};
   }
+  const int64_t Mb = (c.M + b - 1) / b;
+  std::vector<float> ym(static_cast<size_t>(c.N * Mb * b), nan);
   kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xb.data(), p1.data(), b1.data(), act, p2.data(), b2.data(), out_act,
-                                  yb.data(), par, h, isa);
+                                  yb.data(), ym.data(), par, h, isa);
+  size_t bad_mean = 0;
+  for (int64_t n = 0; n < c.N; ++n)
+    for (int64_t ch = 0; ch < Mb * b; ++ch) {
+      const float got = ym[static_cast<size_t>(n * Mb * b + ch)];
+      if (ch >= c.M) bad_mean += got != 0.f;
+      else bad_mean += !testing::values_close(got, static_cast<float>(ref_mean[static_cast<size_t>(n * c.M + ch)]), 1e-4, 1e-5);
+    }
+  EXPECT_EQ(bad_mean, 0u) << "channel means (y_mean) differ from the reference's, or padded lanes are not 0";
   if (hook) {
     EXPECT_EQ(log.bad_pointer.load(), 0) << "hook data != y + start";
     size_t wrong = 0;
     for (size_t i = 0; i < yb_size; ++i) wrong += log.calls[i].load() != 1;
     EXPECT_EQ(wrong, 0u) << "elements not passed to the hook exactly once";
   }
-  const int64_t Mb = (c.M + b - 1) / b;
   size_t bad_pad = 0;
   for (size_t i = 0; i < yb_size; ++i)
     if (static_cast<int64_t>(i / (OH * OW * b)) % Mb == Mb - 1 && static_cast<int64_t>(i % b) >= c.M - (Mb - 1) * b)
@@ -208,7 +221,7 @@ TEST(ConvNchwcExpandDw, ActivationsKeepNaNAndInfinities) {
     for (ExpandAct act : {ExpandAct::Hardswish, ExpandAct::Silu}) {
       std::vector<float> y(7 * 16);
       kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xs, p1.data(), nullptr, act, p2.data(), nullptr, ExpandAct::None,
-                                      y.data(), testing::kSerial, {}, isa);
+                                      y.data(), nullptr, testing::kSerial, {}, isa);
       for (int p = 0; p < 7; ++p) {
         SCOPED_TRACE(std::string(kernels::expand_act_name(act)) + " isa=" + kernels::isa_name(isa) +
                      " x=" + std::to_string(xs[p]));

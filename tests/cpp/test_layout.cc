@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "ecg/verifier.h"
 #include "target/cpu/layout/fold_input_scale.h"
+#include "target/cpu/layout/fuse_channel_mean.h"
 #include "target/cpu/layout/fuse_expand_depthwise.h"
 #include "target/cpu/layout/propagate_blocked_layout.h"
 #include "rewrite_test_util.h"
@@ -350,6 +351,53 @@ TEST(LayoutFuseExpandDepthwise, InvertedResidualFrontBecomesOneKernel) {
       EXPECT_EQ(count_op(out, "hardtanh") + count_op(out, c.ir.act.empty() ? "hardtanh" : c.ir.act), 0)
           << "both activations run in the kernel";
     }
+    auto in = random_inputs(g, rng, -1.f, 1.f);
+    EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
+  }
+}
+
+// A squeeze-excitation block after an expand + depthwise front (EfficientNet): the mean over H and
+// W of the depthwise output becomes the fused kernel's second output; the depthwise output keeps
+// its other user (the gate's multiply, folded into the projection's input scale). A mean over
+// other dims, or without keepdim, stays a mean node.
+ecg::Graph squeeze_excitation(GraphBuilder& B, std::vector<int64_t> dims, bool keepdim) {
+  int x = B.input({2, 16, 9, 10});
+  int e = B.un("silu", B.conv(x, B.weight({40, 16, 1, 1}, 0.05f, 0.2f), B.weight({40})));
+  int d = B.un("silu", B.conv(e, B.weight({40, 1, 3, 3}, -0.5f, 0.5f), B.weight({40}), 1, 1, 40));
+  int m = B.reduce("mean", d, dims, keepdim);
+  if (!keepdim || dims.size() != 2) {
+    B.out({B.conv(d, B.weight({8, 40, 1, 1}, 0.05f, 0.2f), -1), m});
+    return B.g;
+  }
+  int s = B.un("sigmoid", B.conv(B.un("relu", B.conv(m, B.weight({8, 40, 1, 1}), B.weight({8}))),
+                                 B.weight({40, 8, 1, 1}), B.weight({40})));
+  B.out({B.conv(B.bin("mul", d, s), B.weight({24, 40, 1, 1}, 0.05f, 0.2f), -1)});
+  return B.g;
+}
+
+TEST(LayoutFuseChannelMean, SqueezeOfTheDepthwiseOutputRunsInTheKernel) {
+  struct Case {
+    std::vector<int64_t> dims;
+    bool keepdim;
+    int fused;
+  };
+  for (const Case& c : {Case{{2, 3}, true, 1}, Case{{-1, -2}, true, 1}, Case{{2, 3}, false, 0}, Case{{1}, true, 0}}) {
+    SCOPED_TRACE("dims=" + std::to_string(c.dims[0]) + " keepdim=" + std::to_string(c.keepdim));
+    std::mt19937_64 rng(testing::test_seed());
+    GraphBuilder B(rng);
+    ecg::Graph g = squeeze_excitation(B, c.dims, c.keepdim);
+    ecg::Graph blocked = fold(layout::propagate_blocked_layout(g, fixed_blocks(8)));
+    blocked = layout::fold_input_scale(blocked);
+    blocked = layout::fuse_expand_depthwise(blocked);
+    ASSERT_EQ(count_op(blocked, "conv2d_nchwc_expand_dw"), 1);
+    const int means_before = count_op(blocked, "mean");
+    int fused = -1;
+    ecg::Graph out = layout::fuse_channel_mean(blocked, &fused);
+    ecg::verify_graph(out);
+    EXPECT_EQ(fused, c.fused);
+    EXPECT_EQ(count_op(out, "mean"), means_before - c.fused);
+    for (const auto& n : out.nodes())
+      if (n.op == "conv2d_nchwc_expand_dw") EXPECT_EQ(n.outputs.size(), static_cast<size_t>(1 + c.fused));
     auto in = random_inputs(g, rng, -1.f, 1.f);
     EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
   }

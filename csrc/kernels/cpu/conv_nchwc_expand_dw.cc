@@ -36,6 +36,16 @@ void activate(float* p, int64_t n, ExpandAct act, Isa isa) {
   }
 }
 
+// sums[l] += the row's sum over its `positions` of lane l. A row's own sum first, so a long
+// image adds rows of similar size instead of single values to a growing total.
+void add_row_sums(const float* row, int64_t positions, int64_t b, float* sums, Isa isa) {
+  if (isa == Isa::Avx512 && b % 16 == 0) return nchwc_detail::row_channel_sums_avx512(row, positions, b, sums);
+  float acc[64] = {};
+  for (int64_t p = 0; p < positions; ++p)
+    for (int64_t l = 0; l < b; ++l) acc[l] += row[p * b + l];
+  for (int64_t l = 0; l < b; ++l) sums[l] += acc[l];
+}
+
 Activation tile_activation(ExpandAct a) {
   return a == ExpandAct::Relu ? Activation::Relu : a == ExpandAct::Relu6 ? Activation::Relu6 : Activation::None;
 }
@@ -79,11 +89,12 @@ void conv_nchwc_expand_dw_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, 
 void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
                             const ConvNchwcKnobs& kd, const float* x, const float* w_expand, const float* b_expand,
                             ExpandAct act, const float* w_dw, const float* b_dw, ExpandAct out_act, float* y,
-                            const Parallel& par, ElementHook epilogue, Isa isa) {
+                            float* y_mean, const Parallel& par, ElementHook epilogue, Isa isa) {
   conv_nchwc_expand_dw_check(e, ke, d, kd, isa);
   if (!isa_supported(isa)) DNNF_THROW("conv2d_nchwc_expand_dw: this CPU cannot run ", isa_name(isa), " kernels");
   DNNF_CHECK(x != nullptr && w_expand != nullptr && w_dw != nullptr && y != nullptr,
              "conv2d_nchwc_expand_dw: x, the weights and y must not be null");
+  DNNF_CHECK(y_mean == nullptr || kd.oc_bn <= 64, "conv2d_nchwc_expand_dw: the channel mean needs oc_bn <= 64");
   const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
   const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(out_act));
   // H x W: the first conv's output, the plane the window holds rows of.
@@ -116,6 +127,9 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   // conv before it wrote on the same core (see conv_nchwc_spatial_split); measured 1-4% on
   // mobilenet_v2/v3 at batch 1.
   if (N < T && nb % T != 0 && ceil_div(OH, ceil_div(nb, T) * T) >= 8) nb = ceil_div(nb, T) * T;
+
+  // y_mean: each item sums its rows into its own slot; the slots are added per image afterwards.
+  std::vector<float> item_sums(y_mean ? static_cast<size_t>(N * Mb * nb * b) : 0, 0.f);
 
   // The pool gives each thread a contiguous share of the items and lets a thread that finished
   // take the rest of a slower one's from the back.
@@ -155,11 +169,22 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
           float* y_run = y + n * y_img + (kb * OH + oh) * OW * b;
           dw_rows.run(kb, oh, 0, OW, win, lo, y_run, nullptr, nullptr, stage);
           activate(y_run, OW * b, out_act, isa);  // padded lanes stay 0: hardswish(0) = silu(0) = 0
+          if (y_mean) add_row_sums(y_run, OW, b, item_sums.data() + it * b, isa);
           if (epilogue) epilogue(y_run, y_run - y, OW * b);
         }
       }
     }
   });
+  if (!y_mean) return;
+  // Items are ordered (image, band, block): an image's bands of block kb are Mb items apart.
+  const float inv = 1.f / static_cast<float>(OH * OW);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t kb = 0; kb < Mb; ++kb)
+      for (int64_t l = 0; l < b; ++l) {
+        float sum = 0.f;
+        for (int64_t band = 0; band < nb; ++band) sum += item_sums[static_cast<size_t>(((n * nb + band) * Mb + kb) * b + l)];
+        y_mean[(n * Mb + kb) * b + l] = sum * inv;
+      }
 }
 
 }  // namespace dnnfusion::kernels

@@ -43,9 +43,14 @@ void conv_nchwc_expand_dw_check(const Conv2dShape& expand, const ConvNchwcKnobs&
 // depthwise output (once per output row of one block, start = blocked linear index). Padded lanes
 // of y are 0 before the epilogue; x's padded lanes are never read. y must not overlap x or the
 // weights.
+// y_mean (optional, [N, ceil(M/b), b]): the mean of y over its OH x OW positions per image and
+// channel (the squeeze of a squeeze-excitation block), taken from each output row while it is in
+// L1, before the epilogue; padded lanes 0. Summed per work item (band of rows), then over the
+// bands in order: repeatable for a given thread count (which sets the bands), whatever the
+// schedule.
 void conv2d_nchwc_expand_dw(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand, const Conv2dShape& dw,
                             const ConvNchwcKnobs& k_dw, const float* x, const float* w_expand, const float* b_expand,
                             ExpandAct act, const float* w_dw, const float* b_dw, ExpandAct out_act, float* y,
-                            const Parallel& par, ElementHook epilogue = {}, Isa isa = active_isa());
+                            float* y_mean, const Parallel& par, ElementHook epilogue = {}, Isa isa = active_isa());
 
 }  // namespace dnnfusion::kernels

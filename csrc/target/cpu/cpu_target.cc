@@ -14,6 +14,7 @@
 #include "target/cpu/cpu_kernels.h"
 #include "target/cpu/layout/choose_conv_schemes.h"
 #include "target/cpu/layout/fold_input_scale.h"
+#include "target/cpu/layout/fuse_channel_mean.h"
 #include "target/cpu/layout/fuse_expand_depthwise.h"
 #include "target/cpu/layout/pack_gemm_weights.h"
 #include "target/cpu/layout/propagate_blocked_layout.h"
@@ -29,7 +30,7 @@ namespace {
 constexpr const char* kCounters[] = {"convs_blocked",     "convs_winograd_f2", "convs_winograd_f4",
                                      "layout_to_blocked", "layout_to_plain",   "layout_reblocked",
                                      "layout_propagated", "convs_tuned_now",   "expand_dw_fused",
-                                     "gemms_packed"};
+                                     "se_means_fused",    "gemms_packed"};
 
 // NCHW[x]c: choose every conv's scheme (heuristic, tuning database or global search, with the
 // Winograd choice), then propagate the blocked layout through the ops that tolerate it.
@@ -87,9 +88,12 @@ class CpuTarget final : public Target {
       p.push_back(counting_pass("remove_noops", rewrite::remove_noops, "no-ops removed"));
       p.push_back(counting_pass("fold_input_scale", layout::fold_input_scale, "channel scales folded into conv weights"));
       // A conv -> conv fusion: beyond TVM's rules (and off with fusion off), so DNNFusion mode only.
-      if (o.fusion == fusion::Mode::DnnFusion && o.fuse_expand_depthwise)
+      if (o.fusion == fusion::Mode::DnnFusion && o.fuse_expand_depthwise) {
         p.push_back(counting_pass("fuse_expand_depthwise", layout::fuse_expand_depthwise,
                                   "conv + depthwise conv pairs fused", "", "expand_dw_fused"));
+        p.push_back(counting_pass("fuse_channel_mean", layout::fuse_channel_mean,
+                                  "squeeze-excitation means taken in the conv kernel", "", "se_means_fused"));
+      }
     }
     if (o.pack_gemm_weights) {
       p.push_back(counting_pass("pack_gemm_weights", layout::pack_gemm_weights, "GEMM weights packed", "", "gemms_packed"));

@@ -179,6 +179,15 @@ std::string check_conv_expand_dw(const Graph& g, const Node& n) {
   const auto& x = shp(g, n.inputs[0]);
   const int64_t icb = n.attr_int("expand_ic_bn", -1), C = n.attr_int("expand_in_channels", -1);
   if (n.inputs.size() != 5) return "conv2d_nchwc_expand_dw needs 5 inputs (x, w1, b1, w2, b2)";
+  if (n.outputs.size() == 2) {  // the per-channel mean (layout/fuse_channel_mean)
+    const auto& y = shp(g, n.outputs[0]);
+    const auto& m = g.value(n.outputs[1]);
+    if (y.size() != 5 || m.shape != std::vector<int64_t>{y[0], y[1], 1, 1, y[4]} || m.dtype != DType::Float32 ||
+        y[4] > 64)
+      return "conv2d_nchwc_expand_dw: the second output (the channel mean) is not float32 [N, Cb, 1, 1, b<=64]";
+  } else if (n.outputs.size() != 1) {
+    return "conv2d_nchwc_expand_dw has one output, or two with the channel mean";
+  }
   if (x.size() != 5 || icb <= 0 || x[4] != icb || x[1] != (C + icb - 1) / icb)
     return "conv2d_nchwc_expand_dw input is not [N, ceil(C/expand_ic_bn), H, W, expand_ic_bn]";
   if (n.attr_ints("expand_weight_shape", {}).size() != 4 || n.attr_ints("weight_shape", {}).size() != 4)
@@ -204,8 +213,9 @@ void run_conv_expand_dw(KernelCall& c) {
   kernels::conv2d_nchwc_expand_dw(expand_shape(c.g, c.n), expand_knobs(c.n), expand_dw_shape(c.g, c.n),
                                   nchwc_knobs(c.n), fin(c, 0), fin(c, 1), opt(2),
                                   kernels::expand_act_from_name(c.n.attr_str("expand_act")), fin(c, 3), opt(4),
-                                  kernels::expand_act_from_name(c.n.attr_str("dw_act")),
-                                  fout(c, 0), c.par, c.epilogue ? *c.epilogue : kernels::ElementHook{});
+                                  kernels::expand_act_from_name(c.n.attr_str("dw_act")), fout(c, 0),
+                                  c.out.size() > 1 ? fout(c, 1) : nullptr, c.par,
+                                  c.epilogue ? *c.epilogue : kernels::ElementHook{});
 }
 
 void run_pack_weight(KernelCall& c) {
