@@ -30,6 +30,22 @@ bool all_equal(const Value& v, double want) {
   return true;
 }
 
+// An attention mask that masks nothing: float32 all zeros (added to the scores: exact, as
+// s + 0 == s up to the sign of zero, which softmax cannot see) or bool all true (every key
+// allowed). torch.export folds BERT's padding mask for an unpadded input into such a constant;
+// the kernel would add it to every score.
+bool noop_attention_mask(const Value& v) {
+  if (!v.is_compile_time() || (v.data == nullptr && v.numel() > 0)) return false;
+  if (v.dtype == DType::Float32) return all_equal(v, 0.0);
+  if (v.dtype != DType::Bool) return false;
+  const auto* b = static_cast<const uint8_t*>(v.data);
+  for (int64_t i = 0; i < v.numel(); ++i)
+    if (b[i] == 0) return false;
+  return true;
+}
+
+bool is_attention(const std::string& op) { return op.find("scaled_dot_product") != std::string::npos; }
+
 bool identity_dims(std::vector<int64_t> dims, size_t rank) {
   if (dims.size() != rank) return false;
   for (size_t i = 0; i < rank; ++i)
@@ -102,6 +118,19 @@ Graph remove_noops(const Graph& g, int* removed) {
         ++count;
         continue;
       }
+    }
+    if (is_attention(n.op) && n.input_or_absent(3) >= 0 && noop_attention_mask(g.value(n.inputs[3]))) {
+      std::vector<int> ins;
+      for (int v : n.inputs) ins.push_back(v >= 0 ? rb.map(v) : -1);
+      ins[3] = -1;
+      rb.origin = n.origin;
+      const auto outs = rb.emit_like(n, ins);
+      for (size_t i = 0; i < n.outputs.size(); ++i) {
+        rb.replace(n.outputs[i], outs[i]);
+        if (g.value(n.outputs[i]).is_output) claimed.insert(outs[i]);
+      }
+      ++count;
+      continue;
     }
     const int nid = rb.copy_node(n.id);
     for (size_t i = 0; i < n.outputs.size(); ++i)

@@ -2,6 +2,8 @@
 // no-op removal and common-subexpression elimination — IR in / IR out, and equivalence.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "common/error.h"
 #include "ecg/verifier.h"
 #include "rewrite/batchnorm_to_affine.h"
@@ -282,6 +284,36 @@ TEST(RewriteRemoveNoops, KeepsOpsThatChangeShapeDtypeOrValues) {
   Graph g = remove_noops(b.g, &removed);
   EXPECT_EQ(removed, 0) << g.dump();
   EXPECT_EQ(g.nodes().size(), b.g.nodes().size());
+  expect_equivalent(b.g, g, rng);
+}
+
+// An attention mask of all zeros (float) or all true (bool) masks nothing: the attention stays,
+// without it. A mask with one -inf, or one false, or one that is a graph input, stays.
+TEST(RewriteRemoveNoops, AttentionMaskThatMasksNothingIsDropped) {
+  std::mt19937_64 rng(dnnfusion::testing::test_seed());
+  GraphBuilder b(rng);
+  const int q = b.input({1, 2, 5, 4}), k = b.input({1, 2, 6, 4}), v = b.input({1, 2, 6, 4});
+  std::vector<float> masking(30, 0.f);
+  masking[7] = -std::numeric_limits<float>::infinity();
+  const uint8_t all_true[6] = {1, 1, 1, 1, 1, 1}, one_false[6] = {1, 1, 0, 1, 1, 1};
+  const int masks[] = {b.weight_data({1, 1, 5, 6}, std::vector<float>(30, 0.f)), b.weight_data({1, 1, 5, 6}, masking),
+                       b.g.add_constant({1, 1, 1, 6}, DType::Bool, all_true, "all_true"),
+                       b.g.add_constant({1, 1, 1, 6}, DType::Bool, one_false, "one_false"), b.input({1, 1, 5, 6})};
+  std::vector<int> outs;
+  for (int m : masks)
+    outs.push_back(b.g.node(b.g.add_node("_scaled_dot_product_flash_attention_for_cpu", {q, k, v, m},
+                                         {{{1, 2, 5, 4}, DType::Float32}, {{1, 2, 5}, DType::Float32}},
+                                         {{"dropout_p", 0.0}, {"is_causal", int64_t{0}}, {"scale", 0.5}}))
+                       .outputs[0]);
+  b.out(outs);
+  int removed = -1;
+  Graph g = remove_noops(b.g, &removed);
+  ASSERT_NO_THROW(ecg::verify_graph(g));
+  EXPECT_EQ(removed, 2) << g.dump();
+  std::vector<int> with_mask;
+  for (const auto& n : g.nodes())
+    if (n.op == "_scaled_dot_product_flash_attention_for_cpu") with_mask.push_back(n.input_or_absent(3) >= 0);
+  EXPECT_EQ(with_mask, (std::vector<int>{0, 1, 0, 1, 1}));
   expect_equivalent(b.g, g, rng);
 }
 
