@@ -3,6 +3,7 @@
 #include <limits>
 #include <unordered_map>
 
+#include "common/conv_geometry.h"
 #include "common/error.h"
 #include "ecg/elementwise_expr.h"
 #include "ecg/graph.h"
@@ -285,12 +286,8 @@ int64_t node_flops(const Graph& g, const Node& n) {
         const auto& x = g.value(n.inputs[0]).shape;  // [N, Cb, H, W, b]
         const auto st = n.attr_ints("expand_stride", {1}), pd = n.attr_ints("expand_padding", {0}),
                    dl = n.attr_ints("expand_dilation", {1});
-        auto at = [](const std::vector<int64_t>& v, size_t i, int64_t d) {
-          return v.empty() ? d : v[std::min(i, v.size() - 1)];
-        };
-        auto out = [&](size_t i) {  // (in + 2p - d(k-1) - 1) / s + 1
-          const int64_t span = x.at(2 + i) + 2 * at(pd, i, 0) - at(dl, i, 1) * (we.at(2 + i) - 1) - 1;
-          return span < 0 ? int64_t{0} : span / at(st, i, 1) + 1;
+        auto out = [&](size_t i) {
+          return conv_out_size(x.at(2 + i), at_or(pd, i, 0), at_or(dl, i, 1), we.at(2 + i), at_or(st, i, 1));
         };
         flops += 2 * we.at(0) * we.at(1) * we.at(2) * we.at(3) * x.at(0) * out(0) * out(1);
       }

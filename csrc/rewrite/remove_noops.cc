@@ -44,8 +44,6 @@ bool noop_attention_mask(const Value& v) {
   return true;
 }
 
-bool is_attention(const std::string& op) { return op.find("scaled_dot_product") != std::string::npos; }
-
 bool identity_dims(std::vector<int64_t> dims, size_t rank) {
   if (dims.size() != rank) return false;
   for (size_t i = 0; i < rank; ++i)
@@ -119,9 +117,9 @@ Graph remove_noops(const Graph& g, int* removed) {
         continue;
       }
     }
-    if (is_attention(n.op) && n.input_or_absent(3) >= 0 && noop_attention_mask(g.value(n.inputs[3]))) {
+    if (n.op == "_scaled_dot_product_flash_attention_for_cpu" && n.input_or_absent(3) >= 0 && noop_attention_mask(g.value(n.inputs[3]))) {
       std::vector<int> ins;
-      for (int v : n.inputs) ins.push_back(v >= 0 ? rb.map(v) : -1);
+      for (int v : n.inputs) ins.push_back(rb.map(v));
       ins[3] = -1;
       rb.origin = n.origin;
       const auto outs = rb.emit_like(n, ins);

@@ -2,11 +2,6 @@
 
 namespace dnnfusion::runtime {
 
-int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
-  if (v.empty()) return dflt;
-  return i < v.size() ? v[i] : v[0];
-}
-
 bool cat_skips_operand(const std::vector<int64_t>& operand, const std::vector<int64_t>& out) {
   return operand.size() == 1 && operand[0] == 0 && out.size() != 1;
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/conv_geometry.h"
 #include "common/dtype.h"
 #include "ecg/graph.h"
 #include "kernels/cpu/conv2d.h"
@@ -16,8 +17,8 @@ namespace dnnfusion::runtime {
 constexpr std::initializer_list<DType> kAllTypes = {DType::Float32, DType::Float64, DType::Int64, DType::Int32,
                                                     DType::Bool,    DType::UInt8,   DType::Int8};
 
-// v[i]; v[0] when the list is shorter (ATen's single-value int[] attributes); `dflt` when empty.
-int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt);
+// ATen int[] attribute elements (common/conv_geometry.h).
+using dnnfusion::at_or;
 
 // ATen's cat skips legacy empty operands (1-D of size 0) whatever the output's rank.
 bool cat_skips_operand(const std::vector<int64_t>& operand, const std::vector<int64_t>& out);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/conv_geometry.h"
 #include "kernels/cpu/fusion_hooks.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
@@ -24,13 +25,11 @@ namespace dnnfusion::kernels {
 
 struct Conv2dShape {
   int64_t N, C, H, W, K, R, S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
-  // floor((H + 2p - d(R-1) - 1) / stride) + 1, and 0 when the dilated kernel exceeds the padded
-  // input (where C++'s truncating division would wrongly give 1). stride must be >= 1.
+  // conv_out_size (common/conv_geometry.h) of each dim.
   int64_t OH() const { return out_size(H, pad_h, dil_h, R, stride_h); }
   int64_t OW() const { return out_size(W, pad_w, dil_w, S, stride_w); }
   static int64_t out_size(int64_t in, int64_t pad, int64_t dil, int64_t k, int64_t stride) {
-    const int64_t span = in + 2 * pad - dil * (k - 1) - 1;
-    return span < 0 ? 0 : span / stride + 1;
+    return conv_out_size(in, pad, dil, k, stride);
   }
 };
 

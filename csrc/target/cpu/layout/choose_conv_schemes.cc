@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 
+#include "common/conv_geometry.h"
 #include "common/error.h"
 #include "common/progress.h"
 #include "ecg/op_registry.h"
@@ -30,11 +31,6 @@ std::string SchemeReport::method() const {
 }
 
 namespace {
-
-int64_t at_or(const std::vector<int64_t>& v, size_t i, int64_t dflt) {
-  if (v.empty()) return dflt;
-  return i < v.size() ? v[i] : v[0];
-}
 
 // The NCHW conv node's shape, or nullopt when it is not a 2-D float conv with compile-time
 // weights that conv2d_nchwc supports.

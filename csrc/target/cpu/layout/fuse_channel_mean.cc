@@ -54,7 +54,7 @@ Graph fuse_channel_mean(const Graph& g, int* fused) {
     }
     const Node& m = g.node(it->second);
     std::vector<int> ins;
-    for (int v : n.inputs) ins.push_back(v >= 0 ? rb.map(v) : -1);
+    for (int v : n.inputs) ins.push_back(rb.map(v));
     const auto& y = g.value(n.outputs[0]);
     const auto& mv = g.value(m.outputs[0]);
     rb.origin = n.origin + "+" + m.origin;
