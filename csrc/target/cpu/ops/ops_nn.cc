@@ -58,11 +58,13 @@ void run_conv(KernelCall& c) {
 // The layout pass keeps the original conv attributes and adds ic_bn/oc_bn/reg_n/unroll_ker/winograd,
 // in_channels and weight_shape ([K, C/groups, R, S]). The activation is
 // [N, ceil(C/ic_bn), H, W, ic_bn] (the last block padded when ic_bn does not divide C).
-kernels::Conv2dShape nchwc_conv_shape(const Graph& g, const Node& n, bool with_input) {
-  const auto ws = n.attr_ints("weight_shape");
-  auto stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0}), dil = n.attr_ints("dilation", {1});
+// prefix "expand_": the first conv of a conv2d_nchwc_expand_dw, whose attributes carry that prefix.
+kernels::Conv2dShape nchwc_conv_shape(const Graph& g, const Node& n, bool with_input, const std::string& prefix = "") {
+  const auto ws = n.attr_ints(prefix + "weight_shape");
+  auto stride = n.attr_ints(prefix + "stride", {1}), pad = n.attr_ints(prefix + "padding", {0}),
+       dil = n.attr_ints(prefix + "dilation", {1});
   kernels::Conv2dShape s{};
-  s.C = n.attr_int("in_channels");
+  s.C = n.attr_int(prefix + "in_channels");
   s.K = ws.at(0);
   s.R = ws.at(2);
   s.S = ws.at(3);
@@ -72,7 +74,7 @@ kernels::Conv2dShape nchwc_conv_shape(const Graph& g, const Node& n, bool with_i
   s.pad_w = at_or(pad, 1, 0);
   s.dil_h = at_or(dil, 0, 1);
   s.dil_w = at_or(dil, 1, 1);
-  s.groups = n.attr_int("groups", 1);
+  s.groups = n.attr_int(prefix + "groups", 1);
   if (with_input) {
     const auto& x = shp(g, n.inputs[0]);
     s.N = x[0];
@@ -148,19 +150,7 @@ void run_conv_nchwc(KernelCall& c) {
 // conv2d_nchwc_expand_dw (layout/fuse_expand_depthwise): the depthwise conv's attributes, the
 // expand conv's prefixed with expand_, the activations expand_act and dw_act; inputs
 // (x, expand weight, expand bias, dw weight, dw bias).
-kernels::Conv2dShape expand_shape(const Graph& g, const Node& n) {
-  const auto ws = n.attr_ints("expand_weight_shape");
-  const auto& x = shp(g, n.inputs[0]);
-  const auto stride = n.attr_ints("expand_stride", {1}), pad = n.attr_ints("expand_padding", {0}),
-             dil = n.attr_ints("expand_dilation", {1});
-  kernels::Conv2dShape s{};
-  s.N = x[0], s.C = n.attr_int("expand_in_channels"), s.H = x[2], s.W = x[3];
-  s.K = ws.at(0), s.R = ws.at(2), s.S = ws.at(3), s.groups = 1;
-  s.stride_h = at_or(stride, 0, 1), s.stride_w = at_or(stride, 1, 1);
-  s.pad_h = at_or(pad, 0, 0), s.pad_w = at_or(pad, 1, 0);
-  s.dil_h = at_or(dil, 0, 1), s.dil_w = at_or(dil, 1, 1);
-  return s;
-}
+kernels::Conv2dShape expand_shape(const Graph& g, const Node& n) { return nchwc_conv_shape(g, n, true, "expand_"); }
 
 // The depthwise conv reads the first conv's output, not the node's input x.
 kernels::Conv2dShape expand_dw_shape(const Graph& g, const Node& n) {
