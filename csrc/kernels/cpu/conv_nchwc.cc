@@ -308,6 +308,23 @@ ConvTileFamily conv_nchwc_tile_family() {
   return family;
 }
 
+int conv_nchwc_tile_reg_n(const Conv2dShape& s, Isa isa, int oc_bn) {
+  int rn = 14;
+  if (isa == Isa::Scalar) {
+    rn = 8;
+  } else if (isa == Isa::Avx2) {
+    rn = oc_bn == 16 ? 6 : 12;
+  } else if (oc_bn >= 32) {
+    // 14 positions over 32 lanes, against 7, measured interleaved (2 threads, Zen 5): flat 1x1
+    // convs 1.00-1.06x (672->112 at 14x14 0.558 -> 0.525 ms at batch 8; on a Xeon earlier
+    // 384->64 at 14x14 1.2-1.3x, 1024->256 1.14-1.19x, C <= 256 within noise), depthwise 3x3 and
+    // 5x5 1.00-1.25x (96 channels at 112x112 stride 2, batch 8: 1.40 -> 1.12 ms); inside
+    // conv2d_nchwc_expand_dw both together 1.02-1.10x at batch 8.
+    rn = oc_bn == 32 && (is_depthwise(s) || is_flat(s)) ? 14 : 7;
+  }
+  return std::min(rn, conv_nchwc_max_reg_n(isa, oc_bn));
+}
+
 ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa, ConvTileFamily tiles) {
   std::string why;
   if (!conv_nchwc_supported(s, &why, isa)) DNNF_THROW(why);
@@ -330,9 +347,7 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa, ConvTileF
       if (best == 0 || cost < best - 1e-9) best = cost, k.ic_bn = ic, k.oc_bn = b;
     }
     DNNF_CHECK(best > 0, "conv_nchwc_default_knobs: no block for groups=", s.groups);  // supported() said one fits
-    // The tile widths the plain convs below use for these blocks.
-    const int rn = isa == Isa::Avx512 ? (k.oc_bn >= 32 ? 7 : 14) : isa == Isa::Avx2 ? (k.oc_bn == 16 ? 6 : 12) : 8;
-    k.reg_n = std::min(rn, conv_nchwc_max_reg_n(isa, k.oc_bn));
+    k.reg_n = conv_nchwc_tile_reg_n(s, isa, k.oc_bn);
     k.unroll_ker = true;
     return k;
   }
@@ -376,12 +391,9 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa, ConvTileF
     // 2 threads: 672 -> 112 at 14x14 143 -> 95 us, 480 -> 112 98 -> 67 us, 40 -> 240 at 28x28
     // 82 -> 63 us, 24 -> 144 at 56x56 125 -> 104 us; mobilenet_v3_large 1.06x end to end).
     k.oc_bn = 32;
-    k.reg_n = 7;
-    // A 1x1 conv's tiles span rows, so 7 | width buys nothing there; once an output block's weight
-    // slice (C x 32 floats) outgrows L1 it streams from L2 once per tile, and 14 positions halve
-    // that (measured interleaved: 384->64 at 14x14 1.2-1.3x, 1024->256 at 14x14 1.14-1.19x,
-    // 960->160 at 7x7 1.08-1.11x; C <= 256 within noise either way).
-    if (is_flat(s) && s.C * k.oc_bn * 4 > 32 * 1024) k.reg_n = 14;
+    // A flat 1x1 conv's tiles span rows, so 7 | width buys nothing there; 14 positions halve the
+    // weight traffic per FMA (see conv_nchwc_tile_reg_n).
+    k.reg_n = conv_nchwc_tile_reg_n(s, isa, k.oc_bn);
   } else if (isa == Isa::Avx512 && s.K > 8 && nchwc_block_fits(s.K, 16)) {
     // One zmm per position; an 8-block would use half-width ymm FMAs (half the FLOP/cycle), so
     // padding up to half the channels (12, 24 (depthwise), 40, 72) still pays.

@@ -88,6 +88,13 @@ enum class ConvTileFamily : int8_t { Oc64x7, Oc32x14 };
 // This CPU's (cpuid), unless DNNFUSION_CONV_TILES=64x7|32x14 overrides it (read once).
 ConvTileFamily conv_nchwc_tile_family();
 
+// The register tile width (reg_n) the heuristics give a conv that runs with output block oc_bn on
+// isa (any oc_bn the ISA has; no timing). The AVX-512 32-lane block takes 7 positions (two zmm x 7:
+// 7 divides the 56/28/14/7 widths of 3x3 layers) except in a depthwise or flat 1x1 conv, which
+// takes 14: neither has tap loops whose input window the wider tile would grow, and each weight
+// vector then feeds 14 FMAs.
+int conv_nchwc_tile_reg_n(const Conv2dShape& s, Isa isa, int oc_bn);
+
 // Deterministic heuristic knobs (no timing). s must be supported.
 ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa, ConvTileFamily tiles);
 inline ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa = active_isa()) {

@@ -62,18 +62,9 @@ std::vector<int> oc_blocks(kernels::Isa isa) {
   return {8, 16};
 }
 
-// Register tile width that suits oc_bn on the ISA (see conv_nchwc_default_knobs for the evidence).
-int heuristic_reg_n(kernels::Isa isa, int oc_bn) {
-  if (isa == kernels::Isa::Scalar) return 8;
-  if (isa == kernels::Isa::Avx2) return oc_bn == 16 ? 6 : 12;
-  return oc_bn >= 32 ? 7 : 14;
-}
-
 ConvNchwcKnobs heuristic_knobs(const Conv2dShape& s, int ic, int oc, kernels::Isa isa) {
   const ConvNchwcKnobs d = kernels::conv_nchwc_default_knobs(s, isa);
-  ConvNchwcKnobs k{ic, oc, d.oc_bn == oc ? d.reg_n : heuristic_reg_n(isa, oc), true};
-  k.reg_n = std::min(k.reg_n, kernels::conv_nchwc_max_reg_n(isa, oc));
-  return k;
+  return ConvNchwcKnobs{ic, oc, d.oc_bn == oc ? d.reg_n : kernels::conv_nchwc_tile_reg_n(s, isa, oc), true};
 }
 
 struct Candidate {
