@@ -27,7 +27,8 @@ struct CompileOptions {
   // every call (ablation; Python option pack_gemm_weights=False).
   bool pack_gemm_weights = true;
   // 1x1 expand conv + activation + depthwise conv as one kernel (fuse_expand_depthwise; DNNFusion
-  // mode with layout on); false for the ablation (Python option fuse_expand_depthwise).
+  // mode with layout on), with the SE mean and, where the depthwise output is large, the 1x1
+  // projection; false for the ablation (Python option fuse_expand_depthwise).
   bool fuse_expand_depthwise = true;
   // 3x3 stride-1 convs run Winograd where kernels::conv_winograd_pays (layout on); false: the
   // direct algorithm everywhere (Python option winograd).

@@ -21,8 +21,9 @@ VALID_OPTIONS = {
     "pack_gemm_weights": "bool: pack linear-layer weights into the GEMM micro-kernel's panels once at compile time "
                          "(default True; False packs them on every call, for measuring what packing buys)",
     "fuse_expand_depthwise": "bool: run a 1x1 expand conv, its activation and the depthwise conv after it as one "
-                             "kernel that never writes the expanded tensor (default True; DNNFusion mode with "
-                             "layout on; False for the ablation)",
+                             "kernel that never writes the expanded tensor, and where the depthwise output is large "
+                             "the 1x1 projection after it too (default True; DNNFusion mode with layout on; False "
+                             "for the ablation)",
     "winograd": "bool: run 3x3 stride-1 convolutions with enough work as Winograd F(2x2, 3x3) (2.25x fewer "
                 "multiplies; default True, layout on; False: the direct kernel everywhere, for the ablation)",
     "sparse_threshold": "float in [0, 1]: cuda target — a convolution gets a kernel generated for its weights when at "

@@ -207,6 +207,9 @@ std::vector<OpInfo> build_table() {
   // (layout/fuse_expand_depthwise): inputs (x, first packed weight, first bias, depthwise packed
   // weight, depthwise bias); outputs y and, after layout/fuse_channel_mean, y's mean over H and W.
   add("conv2d_nchwc_expand_dw", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked, 0, 0);
+  // The same followed by a 1x1 projection conv2d_nchwc over the depthwise output
+  // (layout/fuse_depthwise_project): inputs as above, then the projection's packed weight and bias.
+  add("conv2d_nchwc_expand_dw_project", M::ManyToMany, P::OutEWiseFusable, false, none(), F::ConvolutionBlocked);
   // A convolution with bias, residual add and ReLU/ReLU6 in one kernel generated for its weights
   // (csrc/target/cuda/graph/fuse_sparse_convs): inputs (x, weight, bias, residual), NCHW/KCRS.
   add("sparse_conv2d", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Convolution);
@@ -281,6 +284,12 @@ int64_t node_flops(const Graph& g, const Node& n) {
       const auto w = n.attr_ints("weight_shape");  // the original [K, C/groups, R, S]
       for (size_t i = 1; i < w.size(); ++i) per_out *= w[i];
       int64_t flops = per_out * out_numel();
+      if (n.has_attr("project_weight_shape")) {  // the output is the projection's: [N, Kb, OH, OW, b]
+        const auto wp = n.attr_ints("project_weight_shape");
+        const auto& y = g.value(n.outputs[0]).shape;
+        const int64_t positions = y.at(0) * y.at(2) * y.at(3);
+        flops = per_out * w.at(0) * positions + 2 * wp.at(0) * wp.at(1) * positions;
+      }
       if (n.has_attr("expand_weight_shape")) {  // the fused first conv, over its output positions
         const auto we = n.attr_ints("expand_weight_shape");
         const auto& x = g.value(n.inputs[0]).shape;  // [N, Cb, H, W, b]

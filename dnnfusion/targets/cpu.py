@@ -3,7 +3,7 @@ NCHW[x]c layouts, Winograd, GEMM weight packing and expand + depthwise fusion.""
 
 STATS_COUNTERS = ("convs_blocked", "convs_winograd_f2", "convs_winograd_f4", "layout_to_blocked", "layout_to_plain",
                   "layout_reblocked", "layout_propagated", "convs_tuned_now", "expand_dw_fused", "se_means_fused",
-                  "gemms_packed")
+                  "dw_projects_fused", "gemms_packed")
 STATS_NOTES = ("layout_method",)
 
 
@@ -33,6 +33,9 @@ def explain_lines(regions):
     se = total(regions, "se_means_fused")
     if se:
         lines.append(f"  ... with their SE mean         : {se} (summed in the kernel, not re-read)")
+    proj = total(regions, "dw_projects_fused")
+    if proj:
+        lines.append(f"  ... with their 1x1 projection  : {proj} (the depthwise output is never written)")
     tuned = total(regions, "convs_tuned_now")
     if tuned:
         lines.append(f"  conv workloads tuned now       : {tuned} (stored in the tuning database)")

@@ -8,11 +8,13 @@
 // rows wide enough that a window holds one row (the moved-overlap path), tiny images and
 // batches, and first convs with their own kernel size, stride, padding and dilation (a stem over
 // 3 image channels); padded input lanes hold NaN; the epilogue sees every output element once;
-// the per-channel means (y_mean) match the reference's before the epilogue.
+// the per-channel means (y_mean) match the reference's before the epilogue. The same with the
+// 1x1 projection fused (conv2d_nchwc_expand_dw_project).
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 
@@ -256,6 +258,124 @@ TEST(ConvNchwcExpandDw, InvalidShapesThrow) {
   EXPECT_THROW(kernels::conv_nchwc_expand_dw_check(e, {8, 8, 7, true}, d, kd, isa), Error);  // blocks differ
   EXPECT_THROW(kernels::expand_act_from_name("gelu"), Error);
   EXPECT_EQ(kernels::expand_act_from_name("silu"), ExpandAct::Silu);
+}
+
+// conv2d_nchwc_expand_dw_project: against the NCHW reference of all three convs and, exactly,
+// against conv2d_nchwc_expand_dw followed by conv2d_nchwc with the same knobs; K output channels
+// in blocks of bo (padding the last one); the epilogue sees every output element once.
+void check_project(std::mt19937_64& rng, const Case& c, int b, int64_t K, int bo, ExpandAct act, ExpandAct dw_act,
+                   Isa isa, const kernels::Parallel& par, bool hook) {
+  const Conv2dShape e = expand_shape(c), d = dw_shape(c);
+  const int64_t OH = d.OH(), OW = d.OW();
+  const Conv2dShape p{c.N, c.M, OH, OW, K, 1, 1, 1, 1, 0, 0, 1, 1, 1};
+  ConvNchwcKnobs ke = kernels::conv_nchwc_default_knobs(e, isa), kd{b, b, 0, true}, kp{b, bo, 0, true};
+  ke.oc_bn = b;
+  ke.reg_n = std::min(ke.reg_n, kernels::conv_nchwc_max_reg_n(isa, b));
+  kd.reg_n = kernels::conv_nchwc_tile_reg_n(d, isa, b);
+  kp.reg_n = kernels::conv_nchwc_tile_reg_n(p, isa, bo);
+  SCOPED_TRACE(std::string(c.name) + " b=" + std::to_string(b) + " K=" + std::to_string(K) + " bo=" +
+               std::to_string(bo) + " act=" + kernels::expand_act_name(act) + " dw_act=" +
+               kernels::expand_act_name(dw_act) + " isa=" + kernels::isa_name(isa) +
+               " threads=" + std::to_string(par.num_threads()) + " hook=" + std::to_string(hook));
+  const auto x = testing::random_vec(rng, static_cast<size_t>(c.N * c.C * c.H * c.W));
+  const auto w1 = testing::random_vec(rng, static_cast<size_t>(c.M * c.C * c.eR * c.eR), -0.5f, 0.5f);
+  const auto b1 = testing::random_vec(rng, static_cast<size_t>(c.M), -4.f, 4.f);
+  const auto w2 = testing::random_vec(rng, static_cast<size_t>(c.M * c.R * c.R));
+  const auto b2 = testing::random_vec(rng, static_cast<size_t>(c.M));
+  const auto w3 = testing::random_vec(rng, static_cast<size_t>(K * c.M), -0.5f, 0.5f);
+  const auto b3 = testing::random_vec(rng, static_cast<size_t>(K));
+
+  std::vector<float> mid(static_cast<size_t>(c.N * c.M * d.H * d.W)), dwo(static_cast<size_t>(c.N * c.M * OH * OW));
+  std::vector<float> ref(static_cast<size_t>(c.N * K * OH * OW));
+  reference::ref_conv2d_nchw(e, x.data(), w1.data(), b1.data(), mid.data(), Activation::None);
+  for (auto& v : mid) v = ref_act(v, act);
+  reference::ref_conv2d_nchw(d, mid.data(), w2.data(), b2.data(), dwo.data(), Activation::None);
+  for (auto& v : dwo) v = ref_act(v, dw_act);
+  reference::ref_conv2d_nchw(p, dwo.data(), w3.data(), b3.data(), ref.data(), Activation::None);
+  if (hook)
+    for (auto& v : ref) v = 2.f * v + 1.f;
+
+  std::vector<float> xb(static_cast<size_t>(kernels::nchwc_floats(c.N, c.C, c.H, c.W, ke.ic_bn)));
+  kernels::nchw_to_nchwc(x.data(), c.N, c.C, c.H, c.W, ke.ic_bn, xb.data(), testing::kSerial);
+  std::vector<float> p1(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(e, ke)));
+  std::vector<float> p2(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(d, kd)));
+  std::vector<float> p3(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(p, kp)));
+  kernels::conv_nchwc_pack_weight(e, ke, w1.data(), p1.data());
+  kernels::conv_nchwc_pack_weight(d, kd, w2.data(), p2.data());
+  kernels::conv_nchwc_pack_weight(p, kp, w3.data(), p3.data());
+  const size_t y_size = static_cast<size_t>(kernels::nchwc_floats(c.N, K, OH, OW, bo));
+  std::vector<float> yb(y_size, std::numeric_limits<float>::quiet_NaN());
+  HookLog log;
+  kernels::ElementHook h;
+  if (hook) {
+    log.calls.reset(new std::atomic<int>[y_size]);
+    for (size_t i = 0; i < y_size; ++i) log.calls[i] = 0;
+    log.y = yb.data();
+    h = {&count_hook, &log};
+  }
+  kernels::conv2d_nchwc_expand_dw_project(e, ke, d, kd, p, kp, xb.data(), p1.data(), b1.data(), act, p2.data(),
+                                          b2.data(), dw_act, p3.data(), b3.data(), yb.data(), par, h, isa);
+  if (hook) {
+    EXPECT_EQ(log.bad_pointer.load(), 0) << "hook data != y + start";
+    size_t wrong = 0;
+    for (size_t i = 0; i < y_size; ++i) wrong += log.calls[i].load() != 1;
+    EXPECT_EQ(wrong, 0u) << "elements not passed to the hook exactly once";
+  }
+  std::vector<float> y(ref.size());
+  kernels::nchwc_to_nchw(yb.data(), c.N, K, OH, OW, bo, y.data(), testing::kSerial);
+  EXPECT_TRUE(testing::all_close(y.data(), ref.data(), ref.size(), 1e-4, 1e-4));
+  if (hook) return;
+  std::vector<float> db(static_cast<size_t>(kernels::nchwc_floats(c.N, c.M, OH, OW, b))), yu(y_size);
+  kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xb.data(), p1.data(), b1.data(), act, p2.data(), b2.data(), dw_act,
+                                  db.data(), nullptr, testing::kSerial, {}, isa);
+  kernels::conv2d_nchwc(p, kp, db.data(), p3.data(), b3.data(), nullptr, Activation::None, yu.data(), testing::kSerial,
+                        {}, isa);
+  size_t differ = 0;
+  for (size_t i = 0; i < y_size; ++i) differ += std::memcmp(&yu[i], &yb[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << "fused result differs from conv2d_nchwc_expand_dw, then conv2d_nchwc";
+}
+
+TEST(ConvNchwcExpandDwProject, MatchesReferenceAndUnfusedPath) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 877);
+  const ExpandAct acts[] = {ExpandAct::None, ExpandAct::Relu, ExpandAct::Relu6, ExpandAct::Hardswish,
+                            ExpandAct::Silu};
+  const int64_t Ks[] = {20, 16, 7, 40};
+  int n = 0;
+  for (Isa isa : testing::isas_to_test())
+    for (const Case& c : kCases)
+      for (int b : blocks_of(isa)) {
+        const auto bos = blocks_of(isa);
+        const int bo = bos[static_cast<size_t>(n) % bos.size()];
+        const ExpandAct act = acts[n % 5], dw_act = acts[(n * 3 + 1) % 5];
+        const int64_t K = Ks[n % 4];
+        ++n;
+        check_project(rng, c, b, K, bo, act, dw_act, isa, n % 2 ? static_cast<const kernels::Parallel&>(testing::kTwo) : testing::kSerial, false);
+        if (n % 4 == 0) check_project(rng, c, b, K, bo, act, dw_act, isa, testing::kTwo, true);
+      }
+}
+
+TEST(ConvNchwcExpandDwProject, InvalidShapesThrow) {
+  const Case c{"ok", 1, 8, 6, 6, 16, 3, 1, 1, 1};
+  const Conv2dShape e = expand_shape(c), d = dw_shape(c);
+  const Conv2dShape p{1, 16, 6, 6, 24, 1, 1, 1, 1, 0, 0, 1, 1, 1};
+  const ConvNchwcKnobs ke{8, 16, 7, true}, kd{16, 16, 7, true}, kp{16, 8, 7, true};
+  const Isa isa = Isa::Scalar;
+  EXPECT_NO_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, p, kp, isa));
+  Conv2dShape p3 = p;
+  p3.R = p3.S = 3;
+  p3.pad_h = p3.pad_w = 1;
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, p3, kp, isa), Error);  // not 1x1
+  Conv2dShape ps = p;
+  ps.stride_h = ps.stride_w = 2;
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, ps, kp, isa), Error);  // strided
+  Conv2dShape pc = p;
+  pc.C = 8;
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, pc, kp, isa), Error);  // other input
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, p, {8, 8, 7, true}, isa), Error);  // blocks
+  Conv2dShape dg = d;
+  dg.groups = 1;
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, dg, kd, p, kp, isa), Error);  // front checked too
 }
 
 }  // namespace

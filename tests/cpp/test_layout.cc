@@ -6,6 +6,7 @@
 #include "ecg/verifier.h"
 #include "target/cpu/layout/fold_input_scale.h"
 #include "target/cpu/layout/fuse_channel_mean.h"
+#include "target/cpu/layout/fuse_depthwise_project.h"
 #include "target/cpu/layout/fuse_expand_depthwise.h"
 #include "target/cpu/layout/propagate_blocked_layout.h"
 #include "rewrite_test_util.h"
@@ -351,6 +352,66 @@ TEST(LayoutFuseExpandDepthwise, InvertedResidualFrontBecomesOneKernel) {
       EXPECT_EQ(count_op(out, "hardtanh") + count_op(out, c.ir.act.empty() ? "hardtanh" : c.ir.act), 0)
           << "both activations run in the kernel";
     }
+    auto in = random_inputs(g, rng, -1.f, 1.f);
+    EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
+  }
+}
+
+// A whole inverted residual block (MobileNet-V2): expand, relu6, depthwise, relu6, 1x1 projection,
+// residual add. The projection fuses into the expand + depthwise kernel when it is a 1x1 stride-1
+// unpadded conv reading the depthwise output alone, and the depthwise output reaches the size
+// threshold (0 here; the default one, 8 MiB, leaves this small graph alone). The residual add
+// stays a node (the fusion planner makes it the kernel's epilogue).
+struct FullBlock {
+  int64_t project_k = 1, project_stride = 1;
+  bool second_user = false;
+  int64_t min_bytes = 0;
+};
+
+ecg::Graph full_block(GraphBuilder& B, const FullBlock& c) {
+  int x = B.input({2, 16, 10, 11});
+  int e = B.un("hardtanh", B.conv(x, B.weight({40, 16, 1, 1}, 0.05f, 0.2f), B.weight({40})),
+               {{"min_val", 0.0}, {"max_val", 6.0}});
+  int d = B.un("hardtanh", B.conv(e, B.weight({40, 1, 3, 3}, -0.5f, 0.5f), B.weight({40}), 1, 1, 40),
+               {{"min_val", 0.0}, {"max_val", 6.0}});
+  int p = B.conv(d, B.weight({16, 40, c.project_k, c.project_k}, 0.05f, 0.2f), B.weight({16}), c.project_stride,
+                 c.project_k / 2);
+  int y = c.project_stride == 1 ? B.bin("add", p, x) : p;
+  if (c.second_user) B.out({y, B.reduce("mean", d, {2, 3}, true)});
+  else B.out({y});
+  return B.g;
+}
+
+TEST(LayoutFuseDepthwiseProject, WholeInvertedResidualBlockBecomesOneKernel) {
+  struct Case {
+    FullBlock b;
+    int fused;
+  };
+  const Case cases[] = {{{}, 1}, {{3}, 0}, {{1, 2}, 0}, {{1, 1, true}, 0},
+                        {{1, 1, false, layout::kMinDepthwiseProjectBytes}, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("project_k=" + std::to_string(c.b.project_k) + " stride=" + std::to_string(c.b.project_stride) +
+                 " second_user=" + std::to_string(c.b.second_user) + " min_bytes=" + std::to_string(c.b.min_bytes));
+    std::mt19937_64 rng(testing::test_seed());
+    GraphBuilder B(rng);
+    ecg::Graph g = full_block(B, c.b);
+    ecg::Graph front = layout::fuse_expand_depthwise(fold(layout::propagate_blocked_layout(g, fixed_blocks(8))));
+    ASSERT_EQ(count_op(front, "conv2d_nchwc_expand_dw"), 1);
+    int fused = -1;
+    ecg::Graph out = layout::fuse_depthwise_project(front, &fused, c.b.min_bytes);
+    ecg::verify_graph(out);
+    EXPECT_EQ(fused, c.fused);
+    EXPECT_EQ(count_op(out, "conv2d_nchwc_expand_dw_project"), c.fused);
+    EXPECT_EQ(count_op(out, "conv2d_nchwc_expand_dw"), 1 - c.fused);
+    EXPECT_EQ(count_op(out, "conv2d_nchwc"), 1 - c.fused);
+    for (const auto& n : out.nodes())
+      if (n.op == "conv2d_nchwc_expand_dw_project") {
+        EXPECT_EQ(n.inputs.size(), 7u);
+        EXPECT_EQ(n.attr_ints("project_weight_shape"), (std::vector<int64_t>{16, 40, 1, 1}));
+        EXPECT_EQ(n.attr_int("project_in_channels"), 40);
+        EXPECT_EQ(n.attr_int("project_oc_bn"), 8);
+        EXPECT_EQ(out.value(n.outputs[0]).shape, (std::vector<int64_t>{2, 2, 10, 11, 8}));
+      }
     auto in = random_inputs(g, rng, -1.f, 1.f);
     EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
   }

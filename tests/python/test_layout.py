@@ -31,15 +31,20 @@ class SmallCNN(nn.Module):
         return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
 
 
-def _model():
-    torch.manual_seed(0)
-    m = SmallCNN().eval()
+def _with_random_bn(m):
+    """m in eval mode with non-trivial batch-norm statistics (the seed set by the caller)."""
+    m.eval()
     with torch.no_grad():
         for mod in m.modules():
             if isinstance(mod, nn.BatchNorm2d):
                 mod.running_mean.uniform_(-0.5, 0.5)
                 mod.running_var.uniform_(0.5, 2.0)
     return m
+
+
+def _model():
+    torch.manual_seed(0)
+    return _with_random_bn(SmallCNN())
 
 
 def _run(model, x, options):
@@ -212,12 +217,7 @@ class InvertedResiduals(nn.Module):
 @pytest.mark.parametrize("fuse", [True, False])
 def test_expand_depthwise_fusion_matches_eager(fuse, tmp_path):
     torch.manual_seed(0)
-    m = InvertedResiduals().eval()
-    with torch.no_grad():
-        for mod in m.modules():
-            if isinstance(mod, nn.BatchNorm2d):
-                mod.running_mean.uniform_(-0.5, 0.5)
-                mod.running_var.uniform_(0.5, 2.0)
+    m = _with_random_bn(InvertedResiduals())
     x = torch.randn(2, 3, 45, 37)
     with torch.no_grad():
         ref = m(x)
@@ -233,6 +233,37 @@ def test_expand_depthwise_fusion_matches_eager(fuse, tmp_path):
     assert _close(y, ref) and sum(r.target_counters["expand_dw_fused"] for r in regions) == 0
     with pytest.raises(ValueError, match="fuse_expand_depthwise"):
         dnnfusion.options.parse_options({"fuse_expand_depthwise": 1})
+
+
+class WideBlock(nn.Module):
+    """One MobileNet-V2 block at a size where the projection fuses: 24 -> 144 -> 24 channels at
+    112x112, batch 2 (the depthwise output, 16 MB in 32-lane blocks, is over the 8 MiB threshold),
+    with its residual add."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(24, 144, 1, bias=False), nn.BatchNorm2d(144), nn.ReLU6(),
+                                  nn.Conv2d(144, 144, 3, 1, 1, groups=144, bias=False), nn.BatchNorm2d(144),
+                                  nn.ReLU6(), nn.Conv2d(144, 24, 1, bias=False), nn.BatchNorm2d(24))
+
+    def forward(self, x):
+        return x + self.body(x)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_depthwise_projection_fusion_matches_eager(fuse, tmp_path):
+    torch.manual_seed(0)
+    m = _with_random_bn(WideBlock())
+    x = torch.randn(2, 24, 112, 112)
+    with torch.no_grad():
+        ref = m(x)
+    opts = {"fuse_expand_depthwise": fuse, "tuning_db": str(tmp_path / "db.txt")}
+    y, regions = _run(m, x, opts)
+    assert _close(y, ref), (y - ref).abs().max()
+    assert sum(r.target_counters["dw_projects_fused"] for r in regions) == (1 if fuse else 0)
+    torch._dynamo.reset()
+    rep = str(dnnfusion.explain(m, x, options=opts, compare_modes=False))
+    assert ("... with their 1x1 projection  : 1" in rep) == fuse
 
 
 class WinogradNet(nn.Module):

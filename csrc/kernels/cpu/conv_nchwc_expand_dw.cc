@@ -3,6 +3,7 @@
 #include "kernels/cpu/conv_nchwc_expand_dw.h"
 
 #include <algorithm>
+#include <utility>
 #include <cstring>
 #include <limits>
 #include <vector>
@@ -17,6 +18,8 @@ namespace {
 
 // The window of expanded rows one thread keeps; rows of 112 x 32 lanes (14 KB) give 8 rows.
 constexpr int64_t kWindowBytes = 128 * 1024;
+// With the projection fused: every channel block's window and depthwise rows, per thread.
+constexpr int64_t kBlockBytes = 384 * 1024;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -86,6 +89,79 @@ void conv_nchwc_expand_dw_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, 
                ") must be the depthwise block (", kd.oc_bn, ")");
 }
 
+namespace {
+
+// What both entry points derive from the two convs: H x W is the first conv's output, the plane
+// a window holds rows of.
+struct Geometry {
+  int64_t N, H, W, b, Mb, OH, OW, sh, taps_h, row_floats, x_img;
+  bool flat;  // a 1x1 stride-1 unpadded first conv computes a run of rows as one run of positions
+  Geometry(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d, const ConvNchwcKnobs& kd)
+      : N(e.N), H(e.OH()), W(e.OW()), b(kd.oc_bn), Mb(ceil_div(e.K, kd.oc_bn)), OH(d.OH()), OW(d.OW()),
+        sh(d.stride_h), taps_h((d.R - 1) * d.dil_h + 1), row_floats(e.OW() * kd.oc_bn),
+        x_img(nchwc_floats(1, e.C, e.H, e.W, ke.ic_bn)),
+        flat(e.R == 1 && e.S == 1 && e.stride_h == 1 && e.stride_w == 1 && e.pad_h == 0 && e.pad_w == 0) {}
+  // Output rows per chunk whose window of expanded rows fits `bytes` (at least one row).
+  int64_t chunk_rows(int64_t bytes) const {
+    return std::max<int64_t>(1, (std::max<int64_t>(taps_h, bytes / (row_floats * 4)) - taps_h) / sh + 1);
+  }
+  int64_t window_rows(int64_t chunk) const { return (chunk - 1) * sh + taps_h; }
+};
+
+// Bands of output rows for `blocks_per_image` items per image band: the fewest that keep every
+// thread busy, counting the expand rows a band's top edge recomputes against the idle time of an
+// uneven last round.
+int64_t choose_bands(const Geometry& g, int64_t blocks_per_image, int64_t T) {
+  int64_t nb = 1;
+  double best = std::numeric_limits<double>::infinity();
+  for (int64_t cand = 1; cand <= std::min<int64_t>(g.OH, 16); ++cand) {
+    const int64_t band = ceil_div(g.OH, cand);
+    const double rows = static_cast<double>(std::min(g.H, band * g.sh + std::max<int64_t>(0, g.taps_h - g.sh)) + band);
+    const double cost = static_cast<double>(ceil_div(g.N * blocks_per_image * cand, T)) * rows;
+    if (cost < best * 0.97) best = cost, nb = cand;  // a near tie goes to fewer bands
+  }
+  return nb;
+}
+
+// One channel block's window of expanded rows [lo, hi) (image rows of the first conv's output),
+// kept across the chunks of a band so rows shared with the next chunk are moved, not recomputed.
+struct RowWindow {
+  float* rows;
+  int64_t lo = 0, hi = 0;
+};
+
+// Makes w hold the activated expanded rows [need_lo, need_hi) of block kb of image xn.
+// continuing: w holds rows of the same band's previous chunk.
+void fill_window(const Geometry& g, const nchwc_detail::ConvRows& expand_rows, ExpandAct act, Isa isa, int64_t kb,
+                 const float* xn, int64_t need_lo, int64_t need_hi, bool continuing, RowWindow& w,
+                 std::vector<float>& stage) {
+  int64_t from = need_lo;
+  if (continuing && need_lo < w.hi) {
+    std::memmove(w.rows, w.rows + (need_lo - w.lo) * g.row_floats, static_cast<size_t>((w.hi - need_lo) * g.row_floats) * 4);
+    from = w.hi;
+  }
+  w.lo = need_lo;
+  if (need_hi > from) {
+    float* dst = w.rows + (from - w.lo) * g.row_floats;
+    if (g.flat) {
+      expand_rows.run(kb, 0, from * g.W, need_hi * g.W, xn, 0, dst, nullptr, nullptr, stage);
+    } else {
+      for (int64_t r = from; r < need_hi; ++r)
+        expand_rows.run(kb, r, 0, g.W, xn, 0, dst + (r - from) * g.row_floats, nullptr, nullptr, stage);
+    }
+    activate(dst, (need_hi - from) * g.row_floats, act, isa);
+  }
+  w.hi = std::max(need_hi, from);
+}
+
+// The expanded rows output rows [o0, o1) of the depthwise conv read.
+std::pair<int64_t, int64_t> rows_needed(const Geometry& g, const Conv2dShape& d, int64_t o0, int64_t o1) {
+  const int64_t lo = std::clamp<int64_t>(o0 * g.sh - d.pad_h, 0, g.H);
+  return {lo, std::clamp<int64_t>((o1 - 1) * g.sh - d.pad_h + g.taps_h, lo, g.H)};
+}
+
+}  // namespace
+
 void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
                             const ConvNchwcKnobs& kd, const float* x, const float* w_expand, const float* b_expand,
                             ExpandAct act, const float* w_dw, const float* b_dw, ExpandAct out_act, float* y,
@@ -97,28 +173,13 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   DNNF_CHECK(y_mean == nullptr || kd.oc_bn <= 64, "conv2d_nchwc_expand_dw: the channel mean needs oc_bn <= 64");
   const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
   const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(out_act));
-  // H x W: the first conv's output, the plane the window holds rows of.
-  const int64_t N = e.N, H = e.OH(), W = e.OW(), b = kd.oc_bn, Mb = ceil_div(e.K, b);
-  const int64_t OH = d.OH(), OW = d.OW(), sh = d.stride_h;
-  const int64_t x_img = nchwc_floats(1, e.C, e.H, e.W, ke.ic_bn), y_img = nchwc_floats(1, e.K, OH, OW, b);
-  // A 1x1 stride-1 unpadded first conv computes a run of rows as one run of positions.
-  const bool flat = e.R == 1 && e.S == 1 && e.stride_h == 1 && e.stride_w == 1 && e.pad_h == 0 && e.pad_w == 0;
-  const int64_t taps_h = (d.R - 1) * d.dil_h + 1;  // input rows one output row's taps span
-  const int64_t row_floats = W * b;
-  const int64_t chunk = std::max<int64_t>(1, (std::max<int64_t>(taps_h, kWindowBytes / (row_floats * 4)) - taps_h) / sh + 1);
-  const int64_t win_rows = (chunk - 1) * sh + taps_h;
+  const Geometry g(e, ke, d, kd);
+  const int64_t N = g.N, b = g.b, Mb = g.Mb, OH = g.OH, OW = g.OW;
+  const int64_t y_img = nchwc_floats(1, e.K, OH, OW, b);
+  const int64_t chunk = g.chunk_rows(kWindowBytes), win_rows = g.window_rows(chunk);
 
-  // Bands of output rows: the fewest that keep every thread busy, counting the expand rows a
-  // band's top edge recomputes against the idle time of an uneven last round.
   const int64_t T = std::max(1, par.num_threads());
-  int64_t nb = 1;
-  double best = std::numeric_limits<double>::infinity();
-  for (int64_t cand = 1; cand <= std::min<int64_t>(OH, 16); ++cand) {
-    const int64_t band = ceil_div(OH, cand);
-    const double rows = static_cast<double>(std::min(H, band * sh + std::max<int64_t>(0, taps_h - sh)) + band);
-    const double cost = static_cast<double>(ceil_div(N * Mb * cand, T)) * rows;
-    if (cost < best * 0.97) best = cost, nb = cand;  // a near tie goes to fewer bands
-  }
+  int64_t nb = choose_bands(g, Mb, T);
   // At least 4 items per thread while bands keep 8 output rows: right after an idle gap one vCPU
   // can run slow for milliseconds, and only spare items let the other take up its share.
   while (N * Mb * nb < 4 * T && ceil_div(OH, nb + 1) >= 8 && nb < 16) ++nb;
@@ -135,39 +196,20 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   // take the rest of a slower one's from the back.
   par.parallel_for(N * Mb * nb, 1, [&](int64_t ib, int64_t ie) {
     thread_local std::vector<float> window;
-    if (window.size() < static_cast<size_t>(win_rows * row_floats))
-      window.resize(static_cast<size_t>(win_rows * row_floats));
-    float* win = window.data();
+    if (window.size() < static_cast<size_t>(win_rows * g.row_floats))
+      window.resize(static_cast<size_t>(win_rows * g.row_floats));
     std::vector<float> stage;
     for (int64_t it = ib; it < ie; ++it) {
       const int64_t kb = it % Mb, band = (it / Mb) % nb, n = it / (nb * Mb);
       const int64_t o_begin = band * OH / nb, o_end = (band + 1) * OH / nb;
-      const float* xn = x + n * x_img;
-      int64_t lo = 0, hi = 0;  // the window holds expanded rows [lo, hi)
+      RowWindow w{window.data()};
       for (int64_t o0 = o_begin; o0 < o_end; o0 += chunk) {
         const int64_t o1 = std::min(o_end, o0 + chunk);
-        const int64_t need_lo = std::clamp<int64_t>(o0 * sh - d.pad_h, 0, H);
-        const int64_t need_hi = std::clamp<int64_t>((o1 - 1) * sh - d.pad_h + taps_h, need_lo, H);
-        int64_t from = need_lo;
-        if (o0 > o_begin && need_lo < hi) {  // rows the previous window already holds
-          std::memmove(win, win + (need_lo - lo) * row_floats, static_cast<size_t>((hi - need_lo) * row_floats) * 4);
-          from = hi;
-        }
-        lo = need_lo;
-        if (need_hi > from) {
-          float* dst = win + (from - lo) * row_floats;
-          if (flat) {
-            expand_rows.run(kb, 0, from * W, need_hi * W, xn, 0, dst, nullptr, nullptr, stage);
-          } else {
-            for (int64_t r = from; r < need_hi; ++r)
-              expand_rows.run(kb, r, 0, W, xn, 0, dst + (r - from) * row_floats, nullptr, nullptr, stage);
-          }
-          activate(dst, (need_hi - from) * row_floats, act, isa);
-        }
-        hi = std::max(need_hi, from);
+        const auto [need_lo, need_hi] = rows_needed(g, d, o0, o1);
+        fill_window(g, expand_rows, act, isa, kb, x + n * g.x_img, need_lo, need_hi, o0 > o_begin, w, stage);
         for (int64_t oh = o0; oh < o1; ++oh) {
           float* y_run = y + n * y_img + (kb * OH + oh) * OW * b;
-          dw_rows.run(kb, oh, 0, OW, win, lo, y_run, nullptr, nullptr, stage);
+          dw_rows.run(kb, oh, 0, OW, w.rows, w.lo, y_run, nullptr, nullptr, stage);
           activate(y_run, OW * b, out_act, isa);  // padded lanes stay 0: hardswish(0) = silu(0) = 0
           if (y_mean) add_row_sums(y_run, OW, b, item_sums.data() + it * b, isa);
           if (epilogue) epilogue(y_run, y_run - y, OW * b);
@@ -185,6 +227,83 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
         for (int64_t band = 0; band < nb; ++band) sum += item_sums[static_cast<size_t>(((n * nb + band) * Mb + kb) * b + l)];
         y_mean[(n * Mb + kb) * b + l] = sum * inv;
       }
+}
+
+void conv_nchwc_expand_dw_project_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
+                                        const ConvNchwcKnobs& kd, const Conv2dShape& p, const ConvNchwcKnobs& kp,
+                                        Isa isa) {
+  conv_nchwc_expand_dw_check(e, ke, d, kd, isa);
+  conv_nchwc_check(p, kp, isa);
+  if (!(p.R == 1 && p.S == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 && p.groups == 1))
+    DNNF_THROW("conv2d_nchwc_expand_dw_project: the third conv must be 1x1, stride 1, unpadded, groups 1 (got ", p.R,
+               "x", p.S, " stride ", p.stride_h, " padding ", p.pad_h, " groups ", p.groups, ")");
+  if (p.C != d.K || p.N != d.N || p.H != d.OH() || p.W != d.OW())
+    DNNF_THROW("conv2d_nchwc_expand_dw_project: the third conv's input (", p.N, "x", p.C, "x", p.H, "x", p.W,
+               ") is not the depthwise conv's output (", d.N, "x", d.K, "x", d.OH(), "x", d.OW(), ")");
+  if (kp.ic_bn != kd.oc_bn)
+    DNNF_THROW("conv2d_nchwc_expand_dw_project: the third conv's input block (ic_bn=", kp.ic_bn,
+               ") must be the depthwise block (", kd.oc_bn, ")");
+}
+
+void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
+                                    const ConvNchwcKnobs& kd, const Conv2dShape& p, const ConvNchwcKnobs& kp,
+                                    const float* x, const float* w_expand, const float* b_expand, ExpandAct act,
+                                    const float* w_dw, const float* b_dw, ExpandAct dw_act, const float* w_project,
+                                    const float* b_project, float* y, const Parallel& par, ElementHook epilogue,
+                                    Isa isa) {
+  conv_nchwc_expand_dw_project_check(e, ke, d, kd, p, kp, isa);
+  if (!isa_supported(isa))
+    DNNF_THROW("conv2d_nchwc_expand_dw_project: this CPU cannot run ", isa_name(isa), " kernels");
+  DNNF_CHECK(x != nullptr && w_expand != nullptr && w_dw != nullptr && w_project != nullptr && y != nullptr,
+             "conv2d_nchwc_expand_dw_project: x, the weights and y must not be null");
+  const Geometry g(e, ke, d, kd);
+  const int64_t N = g.N, b = g.b, Mb = g.Mb, OH = g.OH, OW = g.OW, bo = kp.oc_bn, Kb = ceil_div(p.K, bo);
+  // Per thread: a window per channel block and the chunk's depthwise rows of every block, within
+  // kBlockBytes (the rows the projection reads stay in L2; its weights stream past them).
+  int64_t chunk = 1;
+  while (chunk < OH && Mb * (g.window_rows(chunk + 1) * g.row_floats + (chunk + 1) * OW * b) * 4 <= kBlockBytes) ++chunk;
+  const int64_t win_rows = g.window_rows(chunk), mid_block = chunk * OW * b;
+  const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
+  const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(dw_act));
+  // The projection over one chunk: an image of `chunk` rows whose channel blocks are mid_block apart.
+  Conv2dShape pc = p;
+  pc.N = 1, pc.H = chunk;
+  const nchwc_detail::ConvRows project_rows(pc, kp, isa, w_project, b_project, Activation::None);
+  const int64_t y_img = nchwc_floats(1, p.K, OH, OW, bo);
+  const int64_t T = std::max(1, par.num_threads());
+  const int64_t nb = choose_bands(g, 1, T);
+
+  par.parallel_for(N * nb, 1, [&](int64_t ib, int64_t ie) {
+    thread_local std::vector<float> scratch;
+    const size_t need = static_cast<size_t>(Mb * (win_rows * g.row_floats + mid_block));
+    if (scratch.size() < need) scratch.resize(need);
+    float* mid = scratch.data() + Mb * win_rows * g.row_floats;
+    std::vector<float> stage;
+    for (int64_t it = ib; it < ie; ++it) {
+      const int64_t band = it % nb, n = it / nb;
+      const int64_t o_begin = band * OH / nb, o_end = (band + 1) * OH / nb;
+      const float* xn = x + n * g.x_img;
+      std::vector<RowWindow> wins;
+      for (int64_t kb = 0; kb < Mb; ++kb) wins.push_back(RowWindow{scratch.data() + kb * win_rows * g.row_floats});
+      for (int64_t o0 = o_begin; o0 < o_end; o0 += chunk) {
+        const int64_t o1 = std::min(o_end, o0 + chunk);
+        const auto [need_lo, need_hi] = rows_needed(g, d, o0, o1);
+        for (int64_t kb = 0; kb < Mb; ++kb) {
+          fill_window(g, expand_rows, act, isa, kb, xn, need_lo, need_hi, o0 > o_begin, wins[kb], stage);
+          for (int64_t oh = o0; oh < o1; ++oh) {
+            float* m_run = mid + kb * mid_block + (oh - o0) * OW * b;
+            dw_rows.run(kb, oh, 0, OW, wins[kb].rows, wins[kb].lo, m_run, nullptr, nullptr, stage);
+            activate(m_run, OW * b, dw_act, isa);
+          }
+        }
+        for (int64_t kb = 0; kb < Kb; ++kb) {
+          float* y_run = y + n * y_img + (kb * OH + o0) * OW * bo;
+          project_rows.run(kb, 0, 0, (o1 - o0) * OW, mid, 0, y_run, nullptr, nullptr, stage);
+          if (epilogue) epilogue(y_run, y_run - y, (o1 - o0) * OW * bo);
+        }
+      }
+    }
+  });
 }
 
 }  // namespace dnnfusion::kernels

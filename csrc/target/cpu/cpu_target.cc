@@ -15,6 +15,7 @@
 #include "target/cpu/layout/choose_conv_schemes.h"
 #include "target/cpu/layout/fold_input_scale.h"
 #include "target/cpu/layout/fuse_channel_mean.h"
+#include "target/cpu/layout/fuse_depthwise_project.h"
 #include "target/cpu/layout/fuse_expand_depthwise.h"
 #include "target/cpu/layout/pack_gemm_weights.h"
 #include "target/cpu/layout/propagate_blocked_layout.h"
@@ -30,7 +31,7 @@ namespace {
 constexpr const char* kCounters[] = {"convs_blocked",     "convs_winograd_f2", "convs_winograd_f4",
                                      "layout_to_blocked", "layout_to_plain",   "layout_reblocked",
                                      "layout_propagated", "convs_tuned_now",   "expand_dw_fused",
-                                     "se_means_fused",    "gemms_packed"};
+                                     "se_means_fused",    "dw_projects_fused", "gemms_packed"};
 
 // NCHW[x]c: choose every conv's scheme (heuristic, tuning database or global search, with the
 // Winograd choice), then propagate the blocked layout through the ops that tolerate it.
@@ -93,6 +94,9 @@ class CpuTarget final : public Target {
                                   "conv + depthwise conv pairs fused", "", "expand_dw_fused"));
         p.push_back(counting_pass("fuse_channel_mean", layout::fuse_channel_mean,
                                   "squeeze-excitation means taken in the conv kernel", "", "se_means_fused"));
+        p.push_back(counting_pass("fuse_depthwise_project",
+                                  [](const ecg::Graph& g, int* n) { return layout::fuse_depthwise_project(g, n); },
+                                  "1x1 projections fused after their depthwise conv", "", "dw_projects_fused"));
       }
     }
     if (o.pack_gemm_weights) {

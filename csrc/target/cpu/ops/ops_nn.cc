@@ -208,6 +208,59 @@ void run_conv_expand_dw(KernelCall& c) {
                                   c.epilogue ? *c.epilogue : kernels::ElementHook{});
 }
 
+// conv2d_nchwc_expand_dw_project (layout/fuse_depthwise_project): conv2d_nchwc_expand_dw's
+// inputs and attributes, then the projection's packed weight and bias (inputs 5, 6) and its
+// attributes prefixed with project_ (weight_shape, in_channels, oc_bn, reg_n, unroll_ker; ic_bn is
+// the depthwise block oc_bn).
+kernels::Conv2dShape project_shape(const Graph& g, const Node& n) {
+  const kernels::Conv2dShape d = expand_dw_shape(g, n);
+  kernels::Conv2dShape p{};
+  const auto ws = n.attr_ints("project_weight_shape");
+  p.N = d.N, p.C = n.attr_int("project_in_channels"), p.H = d.OH(), p.W = d.OW(), p.K = ws.at(0);
+  p.R = ws.at(2), p.S = ws.at(3);
+  p.stride_h = p.stride_w = p.dil_h = p.dil_w = p.groups = 1;
+  return p;
+}
+
+kernels::ConvNchwcKnobs project_knobs(const Node& n) {
+  return {static_cast<int>(n.attr_int("oc_bn")), static_cast<int>(n.attr_int("project_oc_bn")),
+          static_cast<int>(n.attr_int("project_reg_n")), n.attr_int("project_unroll_ker", 0) != 0};
+}
+
+std::string check_conv_expand_dw_project(const Graph& g, const Node& n) {
+  if (n.inputs.size() != 7 || n.outputs.size() != 1)
+    return "conv2d_nchwc_expand_dw_project needs 7 inputs (x, w1, b1, w2, b2, w3, b3) and one output";
+  if (n.attr_ints("project_weight_shape", {}).size() != 4)
+    return "conv2d_nchwc_expand_dw_project without a 4-D project_weight_shape attribute";
+  Node front = n;  // the expand + depthwise part checks as a conv2d_nchwc_expand_dw of its own
+  front.inputs.resize(5);
+  if (auto why = check_conv_expand_dw(g, front); !why.empty()) return why;
+  const auto& y = shp(g, n.outputs[0]);
+  try {
+    const auto p = project_shape(g, n);
+    const auto kp = project_knobs(n);
+    kernels::conv_nchwc_expand_dw_project_check(expand_shape(g, n), expand_knobs(n), expand_dw_shape(g, n),
+                                                nchwc_knobs(n), p, kp, kernels::active_isa());
+    if (g.value(n.inputs[5]).numel() != kernels::conv_nchwc_packed_weight_floats(p, kp))
+      return detail::str_cat("conv2d_nchwc_expand_dw_project: packed weight 5 has ", g.value(n.inputs[5]).numel(),
+                             " floats, its blocks need ", kernels::conv_nchwc_packed_weight_floats(p, kp));
+    if (y != std::vector<int64_t>{p.N, (p.K + kp.oc_bn - 1) / kp.oc_bn, p.H, p.W, kp.oc_bn})
+      return "conv2d_nchwc_expand_dw_project output is not [N, ceil(K/project_oc_bn), OH, OW, project_oc_bn]";
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+  return "";
+}
+
+void run_conv_expand_dw_project(KernelCall& c) {
+  auto opt = [&](size_t slot) { return c.n.input_or_absent(slot) >= 0 ? fin(c, slot) : nullptr; };
+  kernels::conv2d_nchwc_expand_dw_project(
+      expand_shape(c.g, c.n), expand_knobs(c.n), expand_dw_shape(c.g, c.n), nchwc_knobs(c.n), project_shape(c.g, c.n),
+      project_knobs(c.n), fin(c, 0), fin(c, 1), opt(2), kernels::expand_act_from_name(c.n.attr_str("expand_act")),
+      fin(c, 3), opt(4), kernels::expand_act_from_name(c.n.attr_str("dw_act")), fin(c, 5), opt(6), fout(c, 0), c.par,
+      c.epilogue ? *c.epilogue : kernels::ElementHook{});
+}
+
 void run_pack_weight(KernelCall& c) {
   kernels::conv_nchwc_pack_weight(nchwc_conv_shape(c.g, c.n, false), nchwc_knobs(c.n), fin(c, 0), fout(c, 0));
 }
@@ -520,6 +573,8 @@ void register_nn_ops(KernelTable& t) {
   t.emplace_back("conv2d_nchwc", OpKernel{check_conv_nchwc, nullptr, run_conv_nchwc, nullptr, true, false});
   t.emplace_back("conv2d_nchwc_pack_weight", OpKernel{check_pack_weight, nullptr, run_pack_weight, nullptr});
   t.emplace_back("conv2d_nchwc_expand_dw", OpKernel{check_conv_expand_dw, nullptr, run_conv_expand_dw, nullptr, true, false});
+  t.emplace_back("conv2d_nchwc_expand_dw_project",
+                 OpKernel{check_conv_expand_dw_project, nullptr, run_conv_expand_dw_project, nullptr, true, false});
   for (const char* op : {"addmm", "mm", "bmm", "baddbmm"})
     t.emplace_back(op, OpKernel{check_mm, nullptr, run_mm, nullptr, true, false,
                                 std::string(op) == "addmm" || std::string(op) == "baddbmm" ? 0b110u : 0b011u});
