@@ -639,6 +639,13 @@ ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const
     fns_[rn] = tile_fn(isa, dw_, k.oc_bn, rn, is_pointwise(s), k.unroll_ker);
     DNNF_CHECK(fns_[rn] != nullptr, "conv2d_nchwc: no ", isa_name(isa), " tile for oc_bn=", ocb_, " reg_n=", rn);
   }
+  // The last block of a 32-lane conv that uses at most 16 of its lanes (K = 72, 80, 112, 144, ...)
+  // runs tiles over those 16 only: a sixth to an eighth of such a conv's FMAs were on padding.
+  if (isa == Isa::Avx512 && ocb_ == 32 && k_tail_ != 0 && k_tail_ <= 16 && !group_span_) {
+    for (int rn = 1; rn <= rn_max_; ++rn)
+      half_fns_[rn] = dw_ ? dw_tile_half_avx512(rn) : conv_tile_half_avx512(rn, is_pointwise(s), k.unroll_ker);
+    half_tail_ = true;
+  }
   if (bias) {
     bias_pad_.assign(static_cast<size_t>(Kb_ * ocb_), 0.f);
     std::copy(bias, bias + s.K, bias_pad_.begin());
@@ -810,7 +817,7 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
         t.x_kh = cols * xb;
       }
     }
-    fns_[rn](t);
+    (half_tail_ && kb == Kb_ - 1 ? half_fns_ : fns_)[rn](t);
     t.n_kw = n_kw;
     t.w = w_row;
     p0 += rn;

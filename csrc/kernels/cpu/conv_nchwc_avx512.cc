@@ -72,6 +72,8 @@ NchwcTileFn conv_tile_rows2_avx512(int oc_bn, int h) {
   }
 }
 
+NchwcTileFn conv_tile_half_avx512(int rn, bool k1, bool unroll) { return pick_conv_any<Zmm, 1, 14, 32>(rn, k1, unroll); }
+NchwcTileFn dw_tile_half_avx512(int rn) { return pick_dw_tile<Zmm, 1, 14, 32>(rn); }
 NchwcTileFn dw_tile_avx512(int c_bn, int rn) {
   switch (c_bn) {
     case 8: return pick_dw_tile<Ymm, 1, 28>(rn);

@@ -48,6 +48,8 @@ class ConvRows {
   Activation act_;
   std::vector<float> bias_pad_;
   NchwcTileFn fns_[kMaxRn + 1] = {};
+  NchwcTileFn half_fns_[kMaxRn + 1] = {};  // the last block's, when half_tail_
+  bool half_tail_ = false;
   NchwcTileFn fn_rows2_ = nullptr;  // the two-row tile, when the conv runs them
 };
 

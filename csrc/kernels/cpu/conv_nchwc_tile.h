@@ -13,11 +13,11 @@
 namespace dnnfusion::kernels::nchwc_detail {
 
 // acc + bias + residual, activation, one store per vector.
-template <class O, int NV, int RN>
+template <class O, int NV, int RN, int OCB>
 __attribute__((always_inline)) inline void tile_store(const NchwcTile& t,
                                                       typename O::V (&acc)[RN][NV]) {
   using V = typename O::V;
-  constexpr int L = O::L, OCB = NV * L;
+  constexpr int L = O::L;
   V b[NV];
 #pragma GCC unroll 4
   for (int v = 0; v < NV; ++v) b[v] = t.bias ? O::load(t.bias + v * L) : O::zero();
@@ -59,14 +59,14 @@ __attribute__((always_inline)) inline void prefetch_step(PrefetchStream& pf) {
 // x_next (1x1 convs): the strip the next tap reads, RN positions; its lines are prefetched into
 // L1, one per input channel step (1x1 convs 1-6% faster, kernels alone; resnet50 2-3% and
 // mobilenet_v3_large 1-4% whole, interleaved in one process).
-template <class O, int NV, int RN, int H, int XP>
+template <class O, int NV, int RN, int H, int XP, int OCB>
 __attribute__((always_inline)) inline void conv_tap(const float* __restrict xk,
                                                     const float* __restrict wk, int64_t ic_bn,
                                                     int64_t x_pos_rt, int64_t x_row,
                                                     typename O::V (&acc)[RN][NV], PrefetchStream& pf,
                                                     const float* x_next = nullptr) {
   using V = typename O::V;
-  constexpr int L = O::L, OCB = NV * L;
+  constexpr int L = O::L;
   const int64_t x_pos = XP > 0 ? XP : x_pos_rt;
   const int64_t next_lines = x_next ? (RN * x_pos + 15) / 16 : 0;
   for (int64_t ic = 0; ic < ic_bn; ++ic) {
@@ -88,10 +88,9 @@ __attribute__((always_inline)) inline void conv_tap(const float* __restrict xk,
 
 // Loop order per tile: ic_chunk, kh, kw, ic, position (unrolled), oc lane vector. H > 0: the
 // tile is two output rows of H positions each (RN == 2 * H). XP: see conv_tap.
-template <class O, int NV, int RN, bool K1, bool UNROLL, int H, int XP>
+template <class O, int NV, int RN, bool K1, bool UNROLL, int H, int XP, int OCB>
 __attribute__((always_inline)) inline void conv_tile_body(const NchwcTile& t) {
   using V = typename O::V;
-  constexpr int OCB = NV * O::L;
   V acc[RN][NV];
 #pragma GCC unroll 32
   for (int j = 0; j < RN; ++j)
@@ -108,7 +107,7 @@ __attribute__((always_inline)) inline void conv_tile_body(const NchwcTile& t) {
     if constexpr (K1) {
       // The next channel block's strip of this tile's positions is a separate plane (H*W
       // positions on), too short for the hardware prefetcher to pick up before it is read.
-      conv_tap<O, NV, RN, H, XP>(xc, wc, icn, x_pos, x_row, acc, pf, cb + 1 < t.n_cb ? xc + t.x_cb : nullptr);
+      conv_tap<O, NV, RN, H, XP, OCB>(xc, wc, icn, x_pos, x_row, acc, pf, cb + 1 < t.n_cb ? xc + t.x_cb : nullptr);
     } else {
       const float* xr = xc;
       const float* wr = wc;
@@ -116,16 +115,16 @@ __attribute__((always_inline)) inline void conv_tile_body(const NchwcTile& t) {
         if constexpr (UNROLL) {
 #pragma GCC unroll 8
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN, H, XP>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, x_row, acc, pf);
+            conv_tap<O, NV, RN, H, XP, OCB>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, x_row, acc, pf);
         } else {
 #pragma GCC unroll 1
           for (int64_t kw = 0; kw < t.n_kw; ++kw)
-            conv_tap<O, NV, RN, H, XP>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, x_row, acc, pf);
+            conv_tap<O, NV, RN, H, XP, OCB>(xr + kw * t.x_kw, wr + kw * w_kw, icn, x_pos, x_row, acc, pf);
         }
       }
     }
   }
-  tile_store<O, NV, RN>(t, acc);
+  tile_store<O, NV, RN, OCB>(t, acc);
 }
 
 // With a run-time position stride, a tile of RN >= 8 positions needs RN address registers next to
@@ -134,22 +133,25 @@ __attribute__((always_inline)) inline void conv_tile_body(const NchwcTile& t) {
 // stride 2), get their own copies with the stride built in: 1x1 convs of the mobile networks
 // 3-14% faster, depthwise 3x3 3-8% (kernels alone, 2 threads, interleaved with the run-time
 // stride version).
-template <class O, int NV, int RN, bool K1, bool UNROLL, int H = 0>
+// OCB: the lanes of the output block (weights' and outputs' stride per position and channel);
+// more than NV * L for a tile over only the first NV vectors of a wider block (see
+// conv_tile_half_avx512).
+template <class O, int NV, int RN, bool K1, bool UNROLL, int H = 0, int OCB = NV * O::L>
 void conv_tile(const NchwcTile& t) {
   if constexpr (RN >= 8) {
-    if (t.x_pos == O::L) return conv_tile_body<O, NV, RN, K1, UNROLL, H, O::L>(t);
-    if (t.x_pos == 2 * O::L) return conv_tile_body<O, NV, RN, K1, UNROLL, H, 2 * O::L>(t);
+    if (t.x_pos == O::L) return conv_tile_body<O, NV, RN, K1, UNROLL, H, O::L, OCB>(t);
+    if (t.x_pos == 2 * O::L) return conv_tile_body<O, NV, RN, K1, UNROLL, H, 2 * O::L, OCB>(t);
   }
-  conv_tile_body<O, NV, RN, K1, UNROLL, H, 0>(t);
+  conv_tile_body<O, NV, RN, K1, UNROLL, H, 0, OCB>(t);
 }
 
 // Depthwise: lane c of the block only sees input channel c, so each tap is a vector FMA of the
 // input vector at each position with the tap's weight vector (one weight load per RN FMAs).
 // XP: as in conv_tap.
-template <class O, int NV, int RN, int XP>
+template <class O, int NV, int RN, int XP, int OCB>
 __attribute__((always_inline)) inline void dw_tile_body(const NchwcTile& t) {
   using V = typename O::V;
-  constexpr int L = O::L, OCB = NV * L;
+  constexpr int L = O::L;
   V acc[RN][NV];
 #pragma GCC unroll 32
   for (int j = 0; j < RN; ++j)
@@ -171,35 +173,35 @@ __attribute__((always_inline)) inline void dw_tile_body(const NchwcTile& t) {
           acc[j][v] = O::fma(O::load(xk + j * x_pos + v * L), wv[v], acc[j][v]);
     }
   }
-  tile_store<O, NV, RN>(t, acc);
+  tile_store<O, NV, RN, OCB>(t, acc);
 }
 
 // As conv_tile: the stride-1 and stride-2 position steps (one and two blocks) built in for wide tiles.
-template <class O, int NV, int RN>
+template <class O, int NV, int RN, int OCB = NV * O::L>
 void dw_tile(const NchwcTile& t) {
   if constexpr (RN >= 8) {
-    if (t.x_pos == NV * O::L) return dw_tile_body<O, NV, RN, NV * O::L>(t);
-    if (t.x_pos == 2 * NV * O::L) return dw_tile_body<O, NV, RN, 2 * NV * O::L>(t);
+    if (t.x_pos == OCB) return dw_tile_body<O, NV, RN, OCB, OCB>(t);
+    if (t.x_pos == 2 * OCB) return dw_tile_body<O, NV, RN, 2 * OCB, OCB>(t);
   }
-  dw_tile_body<O, NV, RN, 0>(t);
+  dw_tile_body<O, NV, RN, 0, OCB>(t);
 }
 
 // Run-time rn -> the instantiation for it (rn in [1, N]); nullptr outside.
-template <class O, int NV, bool K1, bool UNROLL, int N>
+template <class O, int NV, bool K1, bool UNROLL, int N, int OCB = NV * O::L>
 NchwcTileFn pick_conv_tile(int rn) {
   if constexpr (N == 0) {
     return nullptr;
   } else {
-    return rn == N ? &conv_tile<O, NV, N, K1, UNROLL> : pick_conv_tile<O, NV, K1, UNROLL, N - 1>(rn);
+    return rn == N ? &conv_tile<O, NV, N, K1, UNROLL, 0, OCB> : pick_conv_tile<O, NV, K1, UNROLL, N - 1, OCB>(rn);
   }
 }
 
-template <class O, int NV, int N>
+template <class O, int NV, int N, int OCB = NV * O::L>
 NchwcTileFn pick_dw_tile(int rn) {
   if constexpr (N == 0) {
     return nullptr;
   } else {
-    return rn == N ? &dw_tile<O, NV, N> : pick_dw_tile<O, NV, N - 1>(rn);
+    return rn == N ? &dw_tile<O, NV, N, OCB> : pick_dw_tile<O, NV, N - 1, OCB>(rn);
   }
 }
 
@@ -213,11 +215,11 @@ NchwcTileFn pick_conv_tile_rows2(int h) {
   }
 }
 
-template <class O, int NV, int N>
+template <class O, int NV, int N, int OCB = NV * O::L>
 NchwcTileFn pick_conv_any(int rn, bool k1, bool unroll) {
-  if (k1) return pick_conv_tile<O, NV, true, false, N>(rn);
-  return unroll ? pick_conv_tile<O, NV, false, true, N>(rn)
-                : pick_conv_tile<O, NV, false, false, N>(rn);
+  if (k1) return pick_conv_tile<O, NV, true, false, N, OCB>(rn);
+  return unroll ? pick_conv_tile<O, NV, false, true, N, OCB>(rn)
+                : pick_conv_tile<O, NV, false, false, N, OCB>(rn);
 }
 
 }  // namespace dnnfusion::kernels::nchwc_detail

@@ -54,6 +54,11 @@ using NchwcTileFn = void (*)(const NchwcTile& t);
 // Only call when the CPU supports the ISA.
 NchwcTileFn conv_tile_avx512(int oc_bn, int rn, bool k1, bool unroll);
 NchwcTileFn dw_tile_avx512(int c_bn, int rn);
+// Tiles over the first 16 lanes of a 32-lane block (weights, outputs and residual at a 32-lane
+// position stride): the last output block of a conv whose channels leave at most 16 of its 32
+// lanes in use (K = 72, 80, 112, 144, 240 ...) computes only those; the caller zeroes the rest.
+NchwcTileFn conv_tile_half_avx512(int rn, bool k1, bool unroll);
+NchwcTileFn dw_tile_half_avx512(int rn);
 NchwcTileFn conv_tile_avx2(int oc_bn, int rn, bool k1, bool unroll);
 // Two-row tiles (not 1x1-flat, kw unrolled): 2 * h positions; nullptr when 2 * h exceeds the
 // ISA's reg_n for oc_bn.
