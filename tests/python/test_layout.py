@@ -214,20 +214,28 @@ class InvertedResiduals(nn.Module):
         return x + self.b4(x)
 
 
-@pytest.mark.parametrize("fuse", [True, False])
-def test_expand_depthwise_fusion_matches_eager(fuse, tmp_path):
-    torch.manual_seed(0)
-    m = _with_random_bn(InvertedResiduals())
-    x = torch.randn(2, 3, 45, 37)
+def _check_conv_fusion(m, x, fuse, counter, count, explain_line, tmp_path):
+    """m compiled with fuse_expand_depthwise=fuse matches eager, fuses `count` times by `counter`
+    (none when off), and explain() shows `explain_line` exactly when on. Returns the options."""
     with torch.no_grad():
         ref = m(x)
     opts = {"fuse_expand_depthwise": fuse, "tuning_db": str(tmp_path / "db.txt")}
     y, regions = _run(m, x, opts)
     assert _close(y, ref), (y - ref).abs().max()
-    assert sum(r.target_counters["expand_dw_fused"] for r in regions) == (5 if fuse else 0)
+    assert sum(r.target_counters[counter] for r in regions) == (count if fuse else 0)
     torch._dynamo.reset()
     rep = str(dnnfusion.explain(m, x, options=opts, compare_modes=False))
-    assert ("conv + depthwise fused         : 5 pairs" in rep) == fuse
+    assert (explain_line in rep) == fuse
+    return opts, ref
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_expand_depthwise_fusion_matches_eager(fuse, tmp_path):
+    torch.manual_seed(0)
+    m = _with_random_bn(InvertedResiduals())
+    x = torch.randn(2, 3, 45, 37)
+    opts, ref = _check_conv_fusion(m, x, fuse, "expand_dw_fused", 5, "conv + depthwise fused         : 5 pairs",
+                                   tmp_path)
     # TVM's rules never fuse two convolutions: the option changes nothing there.
     y, regions = _run(m, x, dict(opts, fusion="tvm"))
     assert _close(y, ref) and sum(r.target_counters["expand_dw_fused"] for r in regions) == 0
@@ -255,15 +263,7 @@ def test_depthwise_projection_fusion_matches_eager(fuse, tmp_path):
     torch.manual_seed(0)
     m = _with_random_bn(WideBlock())
     x = torch.randn(2, 24, 112, 112)
-    with torch.no_grad():
-        ref = m(x)
-    opts = {"fuse_expand_depthwise": fuse, "tuning_db": str(tmp_path / "db.txt")}
-    y, regions = _run(m, x, opts)
-    assert _close(y, ref), (y - ref).abs().max()
-    assert sum(r.target_counters["dw_projects_fused"] for r in regions) == (1 if fuse else 0)
-    torch._dynamo.reset()
-    rep = str(dnnfusion.explain(m, x, options=opts, compare_modes=False))
-    assert ("... with their 1x1 projection  : 1" in rep) == fuse
+    _check_conv_fusion(m, x, fuse, "dw_projects_fused", 1, "... with their 1x1 projection  : 1", tmp_path)
 
 
 class WinogradNet(nn.Module):
