@@ -283,12 +283,14 @@ int64_t node_flops(const Graph& g, const Node& n) {
       int64_t per_out = 2;
       const auto w = n.attr_ints("weight_shape");  // the original [K, C/groups, R, S]
       for (size_t i = 1; i < w.size(); ++i) per_out *= w[i];
-      int64_t flops = per_out * out_numel();
+      int64_t flops = 0;
       if (n.has_attr("project_weight_shape")) {  // the output is the projection's: [N, Kb, OH, OW, b]
         const auto wp = n.attr_ints("project_weight_shape");
         const auto& y = g.value(n.outputs[0]).shape;
         const int64_t positions = y.at(0) * y.at(2) * y.at(3);
         flops = per_out * w.at(0) * positions + 2 * wp.at(0) * wp.at(1) * positions;
+      } else {
+        flops = per_out * out_numel();
       }
       if (n.has_attr("expand_weight_shape")) {  // the fused first conv, over its output positions
         const auto we = n.attr_ints("expand_weight_shape");

@@ -3,9 +3,9 @@
 #include "kernels/cpu/conv_nchwc_expand_dw.h"
 
 #include <algorithm>
-#include <utility>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "common/error.h"
@@ -279,12 +279,12 @@ void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& 
     if (scratch.size() < need) scratch.resize(need);
     float* mid = scratch.data() + Mb * win_rows * g.row_floats;
     std::vector<float> stage;
+    std::vector<RowWindow> wins(static_cast<size_t>(Mb), RowWindow{nullptr});
     for (int64_t it = ib; it < ie; ++it) {
       const int64_t band = it % nb, n = it / nb;
       const int64_t o_begin = band * OH / nb, o_end = (band + 1) * OH / nb;
       const float* xn = x + n * g.x_img;
-      std::vector<RowWindow> wins;
-      for (int64_t kb = 0; kb < Mb; ++kb) wins.push_back(RowWindow{scratch.data() + kb * win_rows * g.row_floats});
+      for (int64_t kb = 0; kb < Mb; ++kb) wins[kb] = RowWindow{scratch.data() + kb * win_rows * g.row_floats};
       for (int64_t o0 = o_begin; o0 < o_end; o0 += chunk) {
         const int64_t o1 = std::min(o_end, o0 + chunk);
         const auto [need_lo, need_hi] = rows_needed(g, d, o0, o1);

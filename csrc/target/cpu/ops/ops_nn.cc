@@ -165,9 +165,11 @@ kernels::ConvNchwcKnobs expand_knobs(const Node& n) {
           static_cast<int>(n.attr_int("expand_reg_n")), n.attr_int("expand_unroll_ker", 0) != 0};
 }
 
+// The expand + depthwise part of a conv2d_nchwc_expand_dw[_project] node: input layout, both
+// convs' shapes and knobs, activations, packed weight sizes (inputs 0-4).
+std::string check_expand_dw_front(const Graph& g, const Node& n);
+
 std::string check_conv_expand_dw(const Graph& g, const Node& n) {
-  const auto& x = shp(g, n.inputs[0]);
-  const int64_t icb = n.attr_int("expand_ic_bn", -1), C = n.attr_int("expand_in_channels", -1);
   if (n.inputs.size() != 5) return "conv2d_nchwc_expand_dw needs 5 inputs (x, w1, b1, w2, b2)";
   if (n.outputs.size() == 2) {  // the per-channel mean (layout/fuse_channel_mean)
     const auto& y = shp(g, n.outputs[0]);
@@ -178,6 +180,12 @@ std::string check_conv_expand_dw(const Graph& g, const Node& n) {
   } else if (n.outputs.size() != 1) {
     return "conv2d_nchwc_expand_dw has one output, or two with the channel mean";
   }
+  return check_expand_dw_front(g, n);
+}
+
+std::string check_expand_dw_front(const Graph& g, const Node& n) {
+  const auto& x = shp(g, n.inputs[0]);
+  const int64_t icb = n.attr_int("expand_ic_bn", -1), C = n.attr_int("expand_in_channels", -1);
   if (x.size() != 5 || icb <= 0 || x[4] != icb || x[1] != (C + icb - 1) / icb)
     return "conv2d_nchwc_expand_dw input is not [N, ceil(C/expand_ic_bn), H, W, expand_ic_bn]";
   if (n.attr_ints("expand_weight_shape", {}).size() != 4 || n.attr_ints("weight_shape", {}).size() != 4)
@@ -232,9 +240,7 @@ std::string check_conv_expand_dw_project(const Graph& g, const Node& n) {
     return "conv2d_nchwc_expand_dw_project needs 7 inputs (x, w1, b1, w2, b2, w3, b3) and one output";
   if (n.attr_ints("project_weight_shape", {}).size() != 4)
     return "conv2d_nchwc_expand_dw_project without a 4-D project_weight_shape attribute";
-  Node front = n;  // the expand + depthwise part checks as a conv2d_nchwc_expand_dw of its own
-  front.inputs.resize(5);
-  if (auto why = check_conv_expand_dw(g, front); !why.empty()) return why;
+  if (auto why = check_expand_dw_front(g, n); !why.empty()) return why;
   const auto& y = shp(g, n.outputs[0]);
   try {
     const auto p = project_shape(g, n);
