@@ -215,8 +215,14 @@ Executable::~Executable() {
       std::string label = s.label.empty() && s.node >= 0 ? graph_.describe_node(s.node) : s.label;
       // What the step produced, so equal labels (every conv2d_nchwc) can be told apart.
       if (!s.writes.empty() && s.writes[0] >= 0) label += " -> " + ecg::shape_str(graph_.value(s.writes[0]).shape);
-      std::fprintf(stderr, "  %8.3f ms %5.1f%%  %s\n", t[i].first / 1e6 / static_cast<double>(calls_),
-                   100.0 * t[i].first / std::max(total, 1.0), label.c_str());
+      // The kernel's arithmetic rate (the FLOP model's count over its time), to set against the
+      // machine's peak; blank for generated loops and data movement.
+      const double ms = t[i].first / 1e6 / static_cast<double>(calls_);
+      const int64_t flops = s.kind == Step::Kind::Node && s.node >= 0 ? ecg::node_flops(graph_, graph_.node(s.node)) : 0;
+      char rate[32] = "";
+      if (flops > 0 && ms > 0) std::snprintf(rate, sizeof rate, "%7.1f GFLOP/s", static_cast<double>(flops) / ms / 1e6);
+      std::fprintf(stderr, "  %8.3f ms %5.1f%% %15s  %s\n", ms, 100.0 * t[i].first / std::max(total, 1.0), rate,
+                   label.c_str());
     }
   }
   if (arena_) target_->deallocate(arena_);
@@ -319,6 +325,8 @@ void Executable::run(const std::vector<const void*>& inputs, const std::vector<v
     if (!s.out_strides.empty()) call.out_strides = &s.out_strides;
     if (b.epi) {
       b.epi.ctx = b.ptrs.data();
+      for (size_t k = 0; k < s.epilogue_same_index.size() && k < 2; ++k)
+        b.epi.same_index[k] = static_cast<const float*>(b.ptrs[s.epilogue_same_index[k]]);
       call.epilogue = &b.epi;
     }
     if (b.pro) {

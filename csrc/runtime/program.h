@@ -45,6 +45,9 @@ struct Step {
   // is that of a permuted view of it (empty: contiguous).
   std::vector<int64_t> out_strides;
   std::vector<int> args;          // value ids whose addresses form the generated code's pointer table
+  // Node: positions in args of the operands the epilogue reads at the output's own element
+  // indices (ElementHook::same_index, at most two).
+  std::vector<int> epilogue_same_index;
   std::vector<int> reads;         // value ids read (liveness)
   std::vector<int> writes;        // value ids written (liveness); for Node steps: the node's outputs
   int block = -1;                 // fusion block it belongs to

@@ -363,6 +363,40 @@ TEST(Codegen, ValueTheEpilogueReadsButThatDoesNotDependOnTheKernelRunsBeforeIt) 
   expect_same(g, {rnd(rng, 144), rnd(rng, 144)}, {{0, 1, 2, 3, 4}}, 2, 1e-5);
 }
 
+TEST(Codegen, EpilogueNamesTheOperandsItReadsAtTheKernelsOwnIndices) {
+  // conv -> add(residual of the conv's shape) -> mul(per-channel scale, broadcast) -> relu: the
+  // conv's step tells the kernel where the residual is (ElementHook::same_index, a prefetch
+  // hint); the broadcast scale is not read at the output's indices and is not named.
+  std::mt19937_64 rng(dt::test_seed());
+  SCOPED_TRACE(dt::seed_note());
+  Graph g;
+  int img = g.add_input({2, 4, 6, 6}, DType::Float32, "img");
+  int res = g.add_input({2, 4, 6, 6}, DType::Float32, "res");
+  auto cw = rnd(rng, 4 * 4 * 9), cb = rnd(rng, 4), sv = rnd(rng, 4);
+  int CW = g.add_weight({4, 4, 3, 3}, DType::Float32, cw.data(), "cw");
+  int CB = g.add_weight({4}, DType::Float32, cb.data(), "cb");
+  int SC = g.add_weight({4, 1, 1}, DType::Float32, sv.data(), "scale");
+  auto f = [&](const char* op, std::vector<int> in, std::vector<int64_t> sh, ecg::AttrMap a = {}) {
+    return g.node(g.add_node(op, in, {{sh, DType::Float32}}, a)).outputs[0];
+  };
+  int cv = f("convolution", {img, CW, CB}, {2, 4, 6, 6},
+             {{"stride", std::vector<int64_t>{1, 1}}, {"padding", std::vector<int64_t>{1, 1}},
+              {"dilation", std::vector<int64_t>{1, 1}}, {"transposed", int64_t{0}},
+              {"output_padding", std::vector<int64_t>{0, 0}}, {"groups", int64_t{1}}});  // node 0
+  int ad = f("add", {cv, res}, {2, 4, 6, 6});  // 1
+  int ml = f("mul", {ad, SC}, {2, 4, 6, 6});   // 2
+  int rl = f("relu", {ml}, {2, 4, 6, 6});      // 3
+  g.set_outputs({rl});
+  expect_same(g, {rnd(rng, 288), rnd(rng, 288)}, {{0, 1, 2, 3}}, 1, 1e-5);
+  codegen::CodegenResult cg = codegen::generate_program(g, make_plan(g, {{0, 1, 2, 3}}));
+  const auto step = std::find_if(cg.program.steps.begin(), cg.program.steps.end(),
+                                 [](const runtime::Step& s) { return s.epilogue != nullptr; });
+  ASSERT_NE(step, cg.program.steps.end()) << cg.source;
+  ASSERT_EQ(step->epilogue_same_index.size(), 1u);
+  EXPECT_EQ(step->args[static_cast<size_t>(step->epilogue_same_index[0])], res);
+  EXPECT_NE(std::find(step->args.begin(), step->args.end(), SC), step->args.end());  // read, not named
+}
+
 TEST(Codegen, KernelCacheSkipsTheCompilerAndMissingCompilerIsAClearError) {
   test_util::TempDir cache_dir("/tmp/dnnf_cache_");
   test_util::ScopedEnv cache("DNNFUSION_CACHE_DIR", cache_dir.path().string());

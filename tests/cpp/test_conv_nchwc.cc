@@ -208,6 +208,58 @@ TEST(ConvNchwc, ResidualRelu6AndHook) {
       }
 }
 
+// The epilogue's same-index hint (ElementHook::same_index) only makes the kernel prefetch: an
+// add-the-operand epilogue gives the same bits with and without it, and the same as the kernel's
+// own residual, on outputs above and below the size where the output is prefetched for writing
+// too (kernels::nchwc_detail::kPrefetchOutputBytes).
+TEST(ConvNchwc, EpilogueOperandHintLeavesResultsUnchanged) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 307);
+  struct AddOperand {
+    static void fn(const void* ctx, float* data, int64_t start, int64_t count) {
+      const float* operand = static_cast<const float*>(ctx) + start;
+      for (int64_t i = 0; i < count; ++i) data[i] += operand[i];
+    }
+  };
+  const Conv2dShape shapes[] = {shape(4, 16, 56, 56, 128, 1, 1, 1, 0),  // 6.4 MB output
+                                shape(1, 24, 20, 22, 40, 3, 3, 1, 1),
+                                shape(2, 48, 14, 14, 40, 3, 3, 2, 1)};  // two-row tiles
+  for (Isa isa : testing::isas_to_test())
+    for (const auto& s : shapes) {
+      const ConvNchwcKnobs k = kernels::conv_nchwc_default_knobs(s, isa);
+      SCOPED_TRACE(describe(s, k) + " isa=" + kernels::isa_name(isa));
+      const auto x = testing::random_vec(rng, static_cast<size_t>(kernels::nchwc_floats(s.N, s.C, s.H, s.W, k.ic_bn)));
+      const auto w = testing::random_vec(rng, static_cast<size_t>(s.K * s.C * s.R * s.S));
+      const auto bias = testing::random_vec(rng, static_cast<size_t>(s.K));
+      const size_t ysize = static_cast<size_t>(kernels::nchwc_floats(s.N, s.K, s.OH(), s.OW(), k.oc_bn));
+      const auto operand = testing::random_vec(rng, ysize);
+      std::vector<float> pw(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(s, k)));
+      kernels::conv_nchwc_pack_weight(s, k, w.data(), pw.data());
+      std::vector<float> hinted(ysize), plain(ysize), residual(ysize);
+      kernels::ElementHook hook;
+      hook.fn = &AddOperand::fn;
+      hook.ctx = operand.data();
+      kernels::conv2d_nchwc(s, k, x.data(), pw.data(), bias.data(), nullptr, Activation::None, plain.data(),
+                            testing::kTwo, hook, isa);
+      hook.same_index[0] = operand.data();
+      kernels::conv2d_nchwc(s, k, x.data(), pw.data(), bias.data(), nullptr, Activation::None, hinted.data(),
+                            testing::kTwo, hook, isa);
+      kernels::conv2d_nchwc(s, k, x.data(), pw.data(), bias.data(), operand.data(), Activation::None,
+                            residual.data(), testing::kTwo, {}, isa);
+      // Padded lanes: the hook adds the operand there too, the kernel's residual path zeroes them.
+      const int64_t Kb = (s.K + k.oc_bn - 1) / k.oc_bn, plane = s.OH() * s.OW();
+      size_t diff = 0, diff_res = 0;
+      for (size_t i = 0; i < ysize; ++i) {
+        diff += hinted[i] != plain[i];
+        const int64_t lane = static_cast<int64_t>(i) % k.oc_bn;
+        const int64_t kb = static_cast<int64_t>(i) / (plane * k.oc_bn) % Kb;
+        if (kb * k.oc_bn + lane < s.K) diff_res += hinted[i] != residual[i];
+      }
+      EXPECT_EQ(diff, 0u);
+      EXPECT_EQ(diff_res, 0u);
+    }
+}
+
 TEST(ConvNchwc, RandomShapes) {
   SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 rng(testing::test_seed() + 303);

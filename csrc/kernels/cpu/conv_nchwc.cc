@@ -664,8 +664,47 @@ ConvRows::ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const
     fn_rows2_ = tile_fn_rows2(isa, k.oc_bn, s.OW());
 }
 
+RunStreams run_streams(const float* residual, const ElementHook& epilogue, float* y, int64_t offset, int64_t y_bytes) {
+  RunStreams r;
+  int n = 0;
+  for (const float* p : {residual, epilogue.same_index[0], epilogue.same_index[1]})
+    if (p != nullptr && n < 2) r.run[n++] = p + offset;
+  if (y_bytes > kPrefetchOutputBytes) r.out = y + offset;
+  return r;
+}
+
+namespace {
+// The whole lines holding positions [from, to) of a run whose position 0 is at `run` (oc_bn
+// floats per position).
+PrefetchShare run_lines(const float* run, int64_t from, int64_t to, int64_t ocb) {
+  if (run == nullptr || to <= from) return {};
+  const auto lo = reinterpret_cast<uintptr_t>(run + from * ocb) & ~uintptr_t{63};
+  const auto hi = reinterpret_cast<uintptr_t>(run + to * ocb);
+  return {reinterpret_cast<const char*>(lo), static_cast<int64_t>((hi - lo + 63) / 64)};
+}
+
+// NchwcTile::res_pf and y_pf: positions [from, to) of each stream.
+void set_residual_prefetch(NchwcTile& t, const RunStreams& streams, int64_t from, int64_t to, int64_t ocb) {
+  for (int k = 0; k < 2; ++k) {
+    const PrefetchShare l = run_lines(streams.run[k], from, to, ocb);
+    t.res_pf[k] = l.first;
+    t.res_pf_lines[k] = l.lines;
+  }
+  const PrefetchShare l = run_lines(streams.out, from, to, ocb);
+  t.y_pf = l.first;
+  t.y_pf_lines = l.lines;
+}
+
+RunStreams with_residual(const float* res_run, const RunStreams* streams) {
+  if (streams != nullptr) return *streams;
+  RunStreams r;
+  r.run[0] = res_run;
+  return r;
+}
+}  // namespace
+
 void ConvRows::run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,
-                        const PrefetchShare* item, const float* w) const {
+                        const PrefetchShare* item, const float* w, const RunStreams* streams) const {
   const Conv2dShape& s = s_;
   const int64_t icb = icb_, ocb = ocb_, OW = s.OW();
   DNNF_CHECK(fn_rows2_ != nullptr, "conv2d_nchwc: no two-row tile for this conv");
@@ -686,6 +725,7 @@ void ConvRows::run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair,
   t.ic_last = s.C - (Cb_ - 1) * icb;
   t.bias = bias_pad_.empty() ? nullptr : bias_pad_.data() + kb * ocb;
   t.res = res_pair;
+  set_residual_prefetch(t, with_residual(res_pair, streams), 0, 2 * OW, ocb);
   t.y = y_pair;
   t.rn = static_cast<int>(2 * OW);
   t.row_len = static_cast<int>(OW);
@@ -702,7 +742,7 @@ void ConvRows::run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair,
 
 void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
                    float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage,
-                   const float* w) const {
+                   const float* w, const RunStreams* streams) const {
   const Conv2dShape& s = s_;
   const int64_t H = s.H, W = s.W, R = s.R, S = s.S, icb = icb_, ocb = ocb_, xb = xb_, rn_max = rn_max_;
   const bool dw = dw_, flat = flat_;
@@ -744,6 +784,7 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
   t.act = act_;
 
   const int64_t cnt = p_end - p_begin;
+  const RunStreams pf_streams = with_residual(res_run, streams);
   // Depthwise rows are cut into edge positions (one per tile, only the taps inside the image)
   // and an interior read in place: staging the edge tiles' windows took ~30% of a depthwise
   // conv's time (dw 3x3 on 144x56x56: 133 -> 116 us). Broadcast convs keep one staged tile per
@@ -771,6 +812,10 @@ void ConvRows::run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, cons
     t.rn = static_cast<int>(rn);
     t.y = y_run + off;
     t.res = res_run ? res_run + off : nullptr;
+    // The first tile of a run fetches its own residual too; the others only the next tile's.
+    set_residual_prefetch(t, pf_streams, p0 - p_begin + (ti == 0 ? 0 : rn),
+                          std::min(p_end, p0 + rn + rn_max) - p_begin, ocb);
+
     if (flat) {
       t.x = xn + p0 * xb;
       t.x_cb = x_cb;
@@ -907,10 +952,12 @@ void run_direct(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x, c
                                                            (rows2 ? row / 2 : row) * nseg + seg, rows * nseg)
                                           : PrefetchShare{};
       const float* res_run = residual ? residual + (y_run - y) : nullptr;
+      const nchwc_detail::RunStreams streams =
+          nchwc_detail::run_streams(residual, epilogue, y, y_run - y, s.N * y_img * static_cast<int64_t>(sizeof(float)));
       if (pair)
-        rows_of.run_pair(kb, row, xn, y_run, res_run, prefetch ? &item : nullptr, wn);
+        rows_of.run_pair(kb, row, xn, y_run, res_run, prefetch ? &item : nullptr, wn, &streams);
       else
-        rows_of.run(kb, row, p_begin, p_end, xn, 0, y_run, res_run, prefetch ? &item : nullptr, stage, wn);
+        rows_of.run(kb, row, p_begin, p_end, xn, 0, y_run, res_run, prefetch ? &item : nullptr, stage, wn, &streams);
       if (epilogue) epilogue(y_run, y_run - y, (pair ? 2 * OW : p_end - p_begin) * ocb);
     }
   });

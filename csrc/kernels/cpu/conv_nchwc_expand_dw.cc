@@ -175,7 +175,7 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(out_act));
   const Geometry g(e, ke, d, kd);
   const int64_t N = g.N, b = g.b, Mb = g.Mb, OH = g.OH, OW = g.OW;
-  const int64_t y_img = nchwc_floats(1, e.K, OH, OW, b);
+  const int64_t y_img = nchwc_floats(1, e.K, OH, OW, b), y_bytes = N * y_img * static_cast<int64_t>(sizeof(float));
   const int64_t chunk = g.chunk_rows(kWindowBytes), win_rows = g.window_rows(chunk);
 
   const int64_t T = std::max(1, par.num_threads());
@@ -209,7 +209,8 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
         fill_window(g, expand_rows, act, isa, kb, x + n * g.x_img, need_lo, need_hi, o0 > o_begin, w, stage);
         for (int64_t oh = o0; oh < o1; ++oh) {
           float* y_run = y + n * y_img + (kb * OH + oh) * OW * b;
-          dw_rows.run(kb, oh, 0, OW, w.rows, w.lo, y_run, nullptr, nullptr, stage);
+          const nchwc_detail::RunStreams streams = nchwc_detail::run_streams(nullptr, epilogue, y, y_run - y, y_bytes);
+          dw_rows.run(kb, oh, 0, OW, w.rows, w.lo, y_run, nullptr, nullptr, stage, nullptr, &streams);
           activate(y_run, OW * b, out_act, isa);  // padded lanes stay 0: hardswish(0) = silu(0) = 0
           if (y_mean) add_row_sums(y_run, OW, b, item_sums.data() + it * b, isa);
           if (epilogue) epilogue(y_run, y_run - y, OW * b);
@@ -269,7 +270,7 @@ void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& 
   Conv2dShape pc = p;
   pc.N = 1, pc.H = chunk;
   const nchwc_detail::ConvRows project_rows(pc, kp, isa, w_project, b_project, Activation::None);
-  const int64_t y_img = nchwc_floats(1, p.K, OH, OW, bo);
+  const int64_t y_img = nchwc_floats(1, p.K, OH, OW, bo), y_bytes = g.N * y_img * static_cast<int64_t>(sizeof(float));
   const int64_t T = std::max(1, par.num_threads());
   const int64_t nb = choose_bands(g, 1, T);
 
@@ -298,7 +299,8 @@ void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& 
         }
         for (int64_t kb = 0; kb < Kb; ++kb) {
           float* y_run = y + n * y_img + (kb * OH + o0) * OW * bo;
-          project_rows.run(kb, 0, 0, (o1 - o0) * OW, mid, 0, y_run, nullptr, nullptr, stage);
+          const nchwc_detail::RunStreams streams = nchwc_detail::run_streams(nullptr, epilogue, y, y_run - y, y_bytes);
+          project_rows.run(kb, 0, 0, (o1 - o0) * OW, mid, 0, y_run, nullptr, nullptr, stage, nullptr, &streams);
           if (epilogue) epilogue(y_run, y_run - y, (o1 - o0) * OW * bo);
         }
       }

@@ -13,6 +13,21 @@
 
 namespace dnnfusion::kernels::nchwc_detail {
 
+// Operands read at the run's own positions (run[k] holds position p_begin, oc_bn floats per
+// position): the residual and an epilogue's same-index operands (ElementHook::same_index), at
+// most two; and the run's output `out` where it should be prefetched for writing (else null).
+// Each tile brings the next tile's lines of them into L1 (NchwcTile::res_pf, y_pf).
+struct RunStreams {
+  const float* run[2] = {nullptr, nullptr};
+  const float* out = nullptr;
+};
+// The streams of a run whose output starts `offset` floats into the kernel's output y, of
+// y_bytes in all: its output is prefetched for writing when y_bytes is over
+// kPrefetchOutputBytes (smaller outputs stay in cache, where the prefetches only cost issue
+// slots: mobilenet_v3_large 1-2% slower with them everywhere).
+constexpr int64_t kPrefetchOutputBytes = int64_t{4} << 20;
+RunStreams run_streams(const float* residual, const ElementHook& epilogue, float* y, int64_t offset, int64_t y_bytes);
+
 class ConvRows {
  public:
   ConvRows(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa, const float* packed_w, const float* bias,
@@ -27,14 +42,14 @@ class ConvRows {
   // run's share of weights to prefetch into L2 while it computes, or null. stage: per-thread
   // scratch for edge windows (grown on first use).
   // w: the weights to use, packed_w unless the caller runs a different set per image (null:
-  // packed_w).
+  // packed_w). streams: what the tiles prefetch besides res_run, or null.
   void run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
            float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage,
-           const float* w = nullptr) const;
+           const float* w = nullptr, const RunStreams* streams = nullptr) const;
   // Two whole output rows, row and row + 1, of output block kb into y_pair (2 * OW positions),
   // with one two-row tile. Only for convs without padding that conv_nchwc_two_row_tiles accepts.
   void run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,
-                const PrefetchShare* item, const float* w = nullptr) const;
+                const PrefetchShare* item, const float* w = nullptr, const RunStreams* streams = nullptr) const;
   int64_t weight_block_floats() const { return w_blk_; }
 
  private:

@@ -34,6 +34,13 @@ __attribute__((always_inline)) inline void tile_store(const NchwcTile& t,
   }
 }
 
+// NchwcTile::res_pf and y_pf: issued at the tile's start, so the lines arrive while it computes.
+__attribute__((always_inline)) inline void prefetch_residual(const NchwcTile& t) {
+  for (int k = 0; k < 2; ++k)
+    for (int64_t i = 0; i < t.res_pf_lines[k]; ++i) __builtin_prefetch(t.res_pf[k] + i * 64, 0, 3);
+  for (int64_t i = 0; i < t.y_pf_lines; ++i) __builtin_prefetch(t.y_pf + i * 64, 1, 3);
+}
+
 // The tile's prefetch stream (NchwcTile::pf): one line every `every` input-channel steps, so the
 // fetches never crowd out the tile's own loads in the line-fill buffers.
 struct PrefetchStream {
@@ -100,6 +107,7 @@ __attribute__((always_inline)) inline void conv_tile_body(const NchwcTile& t) {
   const int64_t steps = t.n_cb * t.n_kh * t.n_kw * ic_bn;
   const int64_t every = t.pf_lines > 0 && steps > t.pf_lines ? steps / t.pf_lines : 1;
   PrefetchStream pf{t.pf, t.pf_lines, every, every};
+  prefetch_residual(t);
   const float* xc = t.x;
   const float* wc = t.w;
   for (int64_t cb = 0; cb < t.n_cb; ++cb, xc += t.x_cb, wc += t.w_cb) {
@@ -157,6 +165,7 @@ __attribute__((always_inline)) inline void dw_tile_body(const NchwcTile& t) {
   for (int j = 0; j < RN; ++j)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) acc[j][v] = O::zero();
+  prefetch_residual(t);
   const int64_t x_pos = XP > 0 ? XP : t.x_pos;
   const float* xr = t.x;
   const float* wr = t.w;

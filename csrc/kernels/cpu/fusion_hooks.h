@@ -16,6 +16,10 @@ struct ElementHook {
   // input 0 into `data`; the kernel then never reads its materialized input 0 (which may be null).
   void (*fn)(const void* ctx, float* data, int64_t start, int64_t count) = nullptr;
   const void* ctx = nullptr;
+  // Epilogue, a hint only: operands the hook reads at exactly the indices it transforms (index i
+  // at same_index[k] + i; a residual add's other operand), null where there are fewer. A kernel
+  // may prefetch them while it computes the elements the hook will get.
+  const float* same_index[2] = {nullptr, nullptr};
   explicit operator bool() const { return fn != nullptr; }
   void operator()(float* data, int64_t start, int64_t count) const { fn(ctx, data, start, count); }
 };

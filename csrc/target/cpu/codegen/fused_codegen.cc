@@ -529,6 +529,24 @@ class BlockEmitter {
     return emit_function(kind, g_, b, {e}, {}, g_.value(value).shape, self, args, functions_);
   }
 
+  // The float operands the epilogue of `value` reads at the kernel output's own element indices
+  // (positions in args, at most two), for the kernel to prefetch: a residual add's other operand
+  // otherwise waits on memory in the epilogue, after the kernel's arithmetic.
+  std::vector<int> same_index_operands(int value, int self, const ArgTable& args) const {
+    ExprBuilder b(g_, bp_.leaves_of(g_, value));
+    expr_of(b, value);
+    const std::vector<int64_t>& shape = g_.value(value).shape;
+    std::vector<int> found;
+    for (const Leaf& l : b.leaves) {
+      if (l.value == self || g_.value(l.value).dtype != DType::Float32 || !identity_view(l.view, shape)) continue;
+      const auto at = std::find(args.values.begin(), args.values.end(), l.value);
+      const int idx = static_cast<int>(at - args.values.begin());
+      if (at != args.values.end() && found.size() < 2 && std::find(found.begin(), found.end(), idx) == found.end())
+        found.push_back(idx);
+    }
+    return found;
+  }
+
   void emit_dominant() {
     const int d = bp_.dominant;
     const Node& dn = g_.node(d);
@@ -543,6 +561,8 @@ class BlockEmitter {
     if (bp_.epilogue_target >= 0) epi_name = emit_hook(StageKind::Epilogue, bp_.epilogue_target, d_out, args);
     s.args = args.values;
     s.out_strides = bp_.store_strides;
+    if (!epi_name.empty() && s.out_strides.empty())
+      s.epilogue_same_index = same_index_operands(bp_.epilogue_target, d_out, args);
     for (const auto& so : bp_.strided_operands) {
       s.input_views.push_back(runtime::Step::InputView{so.slot, so.value, so.strides, so.offset});
       s.reads.push_back(so.value);
