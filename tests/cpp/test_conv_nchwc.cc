@@ -382,10 +382,15 @@ TEST(ConvNchwc, DefaultKnobsAreDeterministicAndValid) {
         EXPECT_NO_THROW(kernels::conv_nchwc_check(c.s, kernels::conv_nchwc_default_knobs(c.s, isa, fam), isa))
             << c.name;
     }
-  // The RGB first layer gets a block of exactly its 3 channels.
+  // The RGB first layer gets a block of exactly its 3 channels, and with 32-lane output blocks
+  // the 14-position tile (its tap loop is short).
   EXPECT_EQ(kernels::conv_nchwc_default_knobs(shape(1, 3, 224, 224, 64, 7, 7, 2, 3), Isa::Avx512)
                 .ic_bn,
             3);
+  const ConvNchwcKnobs stem = kernels::conv_nchwc_default_knobs(shape(1, 3, 224, 224, 32, 3, 3, 2, 1), Isa::Avx512);
+  EXPECT_EQ(stem.oc_bn, 32);
+  EXPECT_EQ(stem.reg_n, 14);
+  EXPECT_EQ(kernels::conv_nchwc_default_knobs(shape(1, 32, 56, 56, 32, 3, 3, 1, 1), Isa::Avx512).reg_n, 7);
 }
 
 // The tile family decides only the AVX-512 tile of convs with a multiple of 64 output channels

@@ -319,8 +319,10 @@ int conv_nchwc_tile_reg_n(const Conv2dShape& s, Isa isa, int oc_bn) {
     // convs 1.00-1.06x (672->112 at 14x14 0.558 -> 0.525 ms at batch 8; on a Xeon earlier
     // 384->64 at 14x14 1.2-1.3x, 1024->256 1.14-1.19x, C <= 256 within noise), depthwise 3x3 and
     // 5x5 1.00-1.25x (96 channels at 112x112 stride 2, batch 8: 1.40 -> 1.12 ms); inside
-    // conv2d_nchwc_expand_dw both together 1.02-1.10x at batch 8.
-    rn = oc_bn == 32 && (is_depthwise(s) || is_flat(s)) ? 14 : 7;
+    // conv2d_nchwc_expand_dw both together 1.02-1.10x at batch 8. Convs over an RGB image (at most
+    // 4 input channels per group) too: their tap loop is short, so the tile's stores and setup
+    // weigh more; 3x3 stride 2 3 -> 32 at 224x224 0.58 -> 0.50 ms at batch 8, 7x7 3 -> 64 1.03x.
+    rn = oc_bn == 32 && (is_depthwise(s) || is_flat(s) || s.C / s.groups <= 4) ? 14 : 7;
   }
   return std::min(rn, conv_nchwc_max_reg_n(isa, oc_bn));
 }
