@@ -263,8 +263,12 @@ TEST(ConvNchwcExpandDw, InvalidShapesThrow) {
 // conv2d_nchwc_expand_dw_project: against the NCHW reference of all three convs and, exactly,
 // against conv2d_nchwc_expand_dw followed by conv2d_nchwc with the same knobs; K output channels
 // in blocks of bo (padding the last one); the epilogue sees every output element once.
+// add_expand: K and bo are the first conv's (c.M, b), and the reference adds its activated output;
+// the unfused path passes it to conv2d_nchwc as the residual (compared exactly where the tiles
+// apply the activation: none, relu, relu6).
 void check_project(std::mt19937_64& rng, const Case& c, int b, int64_t K, int bo, ExpandAct act, ExpandAct dw_act,
-                   Isa isa, const kernels::Parallel& par, bool hook) {
+                   Isa isa, const kernels::Parallel& par, bool hook, bool add_expand = false) {
+  if (add_expand) K = c.M, bo = b;
   const Conv2dShape e = expand_shape(c), d = dw_shape(c);
   const int64_t OH = d.OH(), OW = d.OW();
   const Conv2dShape p{c.N, c.M, OH, OW, K, 1, 1, 1, 1, 0, 0, 1, 1, 1};
@@ -276,7 +280,8 @@ void check_project(std::mt19937_64& rng, const Case& c, int b, int64_t K, int bo
   SCOPED_TRACE(std::string(c.name) + " b=" + std::to_string(b) + " K=" + std::to_string(K) + " bo=" +
                std::to_string(bo) + " act=" + kernels::expand_act_name(act) + " dw_act=" +
                kernels::expand_act_name(dw_act) + " isa=" + kernels::isa_name(isa) +
-               " threads=" + std::to_string(par.num_threads()) + " hook=" + std::to_string(hook));
+               " threads=" + std::to_string(par.num_threads()) + " hook=" + std::to_string(hook) +
+               " add_expand=" + std::to_string(add_expand));
   const auto x = testing::random_vec(rng, static_cast<size_t>(c.N * c.C * c.H * c.W));
   const auto w1 = testing::random_vec(rng, static_cast<size_t>(c.M * c.C * c.eR * c.eR), -0.5f, 0.5f);
   const auto b1 = testing::random_vec(rng, static_cast<size_t>(c.M), -4.f, 4.f);
@@ -292,6 +297,8 @@ void check_project(std::mt19937_64& rng, const Case& c, int b, int64_t K, int bo
   reference::ref_conv2d_nchw(d, mid.data(), w2.data(), b2.data(), dwo.data(), Activation::None);
   for (auto& v : dwo) v = ref_act(v, dw_act);
   reference::ref_conv2d_nchw(p, dwo.data(), w3.data(), b3.data(), ref.data(), Activation::None);
+  if (add_expand)
+    for (size_t i = 0; i < ref.size(); ++i) ref[i] += mid[i];
   if (hook)
     for (auto& v : ref) v = 2.f * v + 1.f;
 
@@ -314,7 +321,7 @@ void check_project(std::mt19937_64& rng, const Case& c, int b, int64_t K, int bo
     h = {&count_hook, &log};
   }
   kernels::conv2d_nchwc_expand_dw_project(e, ke, d, kd, p, kp, xb.data(), p1.data(), b1.data(), act, p2.data(),
-                                          b2.data(), dw_act, p3.data(), b3.data(), yb.data(), par, h, isa);
+                                          b2.data(), dw_act, p3.data(), b3.data(), add_expand, yb.data(), par, h, isa);
   if (hook) {
     EXPECT_EQ(log.bad_pointer.load(), 0) << "hook data != y + start";
     size_t wrong = 0;
@@ -328,8 +335,17 @@ void check_project(std::mt19937_64& rng, const Case& c, int b, int64_t K, int bo
   std::vector<float> db(static_cast<size_t>(kernels::nchwc_floats(c.N, c.M, OH, OW, b))), yu(y_size);
   kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xb.data(), p1.data(), b1.data(), act, p2.data(), b2.data(), dw_act,
                                   db.data(), nullptr, testing::kSerial, {}, isa);
-  kernels::conv2d_nchwc(p, kp, db.data(), p3.data(), b3.data(), nullptr, Activation::None, yu.data(), testing::kSerial,
-                        {}, isa);
+  std::vector<float> eb;
+  if (add_expand) {
+    if (act == ExpandAct::Hardswish || act == ExpandAct::Silu) return;
+    eb.resize(static_cast<size_t>(kernels::nchwc_floats(c.N, c.M, e.OH(), e.OW(), b)));
+    kernels::conv2d_nchwc(e, ke, xb.data(), p1.data(), b1.data(), nullptr,
+                          act == ExpandAct::Relu ? Activation::Relu : act == ExpandAct::Relu6 ? Activation::Relu6
+                                                                                              : Activation::None,
+                          eb.data(), testing::kSerial, {}, isa);
+  }
+  kernels::conv2d_nchwc(p, kp, db.data(), p3.data(), b3.data(), add_expand ? eb.data() : nullptr, Activation::None,
+                        yu.data(), testing::kSerial, {}, isa);
   size_t differ = 0;
   for (size_t i = 0; i < y_size; ++i) differ += std::memcmp(&yu[i], &yb[i], sizeof(float)) != 0;
   EXPECT_EQ(differ, 0u) << "fused result differs from conv2d_nchwc_expand_dw, then conv2d_nchwc";
@@ -355,6 +371,29 @@ TEST(ConvNchwcExpandDwProject, MatchesReferenceAndUnfusedPath) {
       }
 }
 
+// The skip connection from the first conv's output (MobileNet-V3's first block): every case whose
+// depthwise conv keeps the plane's size, every activation, serial and two threads, the hook.
+TEST(ConvNchwcExpandDwProject, AddsTheFirstConvsOutput) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 878);
+  const ExpandAct acts[] = {ExpandAct::None, ExpandAct::Relu, ExpandAct::Relu6, ExpandAct::Hardswish,
+                            ExpandAct::Silu};
+  int n = 0;
+  for (Isa isa : testing::isas_to_test())
+    for (const Case& c : kCases) {
+      const Conv2dShape d = dw_shape(c);
+      if (d.OH() != d.H || d.OW() != d.W) continue;
+      for (int b : blocks_of(isa)) {
+        const ExpandAct act = acts[n % 5], dw_act = acts[(n * 3 + 1) % 5];
+        ++n;
+        const kernels::Parallel& par = n % 2 ? static_cast<const kernels::Parallel&>(testing::kTwo) : testing::kSerial;
+        check_project(rng, c, b, 0, 0, act, dw_act, isa, par, false, true);
+        check_project(rng, c, b, 0, 0, act == ExpandAct::Hardswish ? ExpandAct::Relu : act, dw_act, isa, par, false, true);
+        if (n % 3 == 0) check_project(rng, c, b, 0, 0, act, dw_act, isa, testing::kTwo, true, true);
+      }
+    }
+}
+
 TEST(ConvNchwcExpandDwProject, InvalidShapesThrow) {
   const Case c{"ok", 1, 8, 6, 6, 16, 3, 1, 1, 1};
   const Conv2dShape e = expand_shape(c), d = dw_shape(c);
@@ -376,6 +415,12 @@ TEST(ConvNchwcExpandDwProject, InvalidShapesThrow) {
   Conv2dShape dg = d;
   dg.groups = 1;
   EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, dg, kd, p, kp, isa), Error);  // front checked too
+  // Adding the first conv's output: only onto a projection shaped and blocked like it.
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, p, kp, isa, true), Error);  // K 24 != 16
+  Conv2dShape p16 = p;
+  p16.K = 16;
+  EXPECT_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, p16, kp, isa, true), Error);  // block 8
+  EXPECT_NO_THROW(kernels::conv_nchwc_expand_dw_project_check(e, ke, d, kd, p16, {16, 16, 7, true}, isa, true));
 }
 
 }  // namespace

@@ -417,6 +417,63 @@ TEST(LayoutFuseDepthwiseProject, WholeInvertedResidualBlockBecomesOneKernel) {
   }
 }
 
+// MobileNet-V3's first block: stem conv (3 -> 16, 3x3 stride 2), hardswish, depthwise 3x3, relu,
+// 1x1 projection, add of the stem's activated output. The whole block becomes one
+// conv2d_nchwc_expand_dw_project whose kernel adds the stem rows itself (project_add_expand);
+// refused where the add reads the stem's output before its activation, where that output has a
+// third user, and under the size threshold.
+struct SkipCase {
+  bool stem_act = true, add_pre_act = false, third_user = false;
+  int64_t min_bytes = 0;
+};
+
+ecg::Graph skip_block(GraphBuilder& B, const SkipCase& c) {
+  int x = B.input({2, 3, 20, 22});
+  int s = B.conv(x, B.weight({16, 3, 3, 3}, -0.5f, 0.5f), B.weight({16}), 2, 1);
+  int e = c.stem_act ? B.un("hardswish", s) : s;
+  int d = B.un("relu", B.conv(e, B.weight({16, 1, 3, 3}, -0.5f, 0.5f), B.weight({16}), 1, 1, 16));
+  int p = B.conv(d, B.weight({16, 16, 1, 1}, -0.3f, 0.3f), B.weight({16}));
+  int y = B.bin("add", p, c.add_pre_act ? s : e);
+  if (c.third_user) B.out({y, B.reduce("mean", e, {2, 3}, true)});
+  else B.out({y});
+  return B.g;
+}
+
+TEST(LayoutFuseDepthwiseProject, BlockWithSkipFromTheFirstConvBecomesOneKernel) {
+  struct Case {
+    SkipCase c;
+    int fused;
+  };
+  const Case cases[] = {{{}, 1}, {{false}, 1}, {{true, true}, 0}, {{true, false, true}, 0},
+                        {{true, false, false, int64_t{1} << 30}, 0}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE("stem_act=" + std::to_string(k.c.stem_act) + " add_pre_act=" + std::to_string(k.c.add_pre_act) +
+                 " third_user=" + std::to_string(k.c.third_user) + " min_bytes=" + std::to_string(k.c.min_bytes));
+    std::mt19937_64 rng(testing::test_seed());
+    GraphBuilder B(rng);
+    ecg::Graph g = skip_block(B, k.c);
+    ecg::Graph front = layout::fuse_expand_depthwise(fold(layout::propagate_blocked_layout(g, fixed_blocks(8))));
+    ASSERT_EQ(count_op(front, "conv2d_nchwc_expand_dw"), 0) << "the stem's output has two users";
+    int fused = -1;
+    ecg::Graph out = layout::fuse_depthwise_project(front, &fused, layout::kMinDepthwiseProjectBytes, k.c.min_bytes);
+    ecg::verify_graph(out);
+    EXPECT_EQ(fused, k.fused);
+    EXPECT_EQ(count_op(out, "conv2d_nchwc_expand_dw_project"), k.fused);
+    EXPECT_EQ(count_op(out, "conv2d_nchwc"), 3 - 3 * k.fused);
+    EXPECT_EQ(count_op(out, "add"), 1 - k.fused);
+    for (const auto& n : out.nodes())
+      if (n.op == "conv2d_nchwc_expand_dw_project") {
+        EXPECT_EQ(n.attr_int("project_add_expand"), 1);
+        EXPECT_EQ(n.attr_str("expand_act"), k.c.stem_act ? "hardswish" : "none");
+        EXPECT_EQ(n.attr_str("dw_act"), "relu");
+        EXPECT_EQ(n.attr_ints("expand_stride"), (std::vector<int64_t>{2, 2}));
+        EXPECT_EQ(out.value(n.outputs[0]).shape, (std::vector<int64_t>{2, 2, 10, 11, 8}));
+      }
+    auto in = random_inputs(g, rng, -1.f, 1.f);
+    EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
+  }
+}
+
 // A squeeze-excitation block after an expand + depthwise front (EfficientNet): the mean over H and
 // W of the depthwise output becomes the fused kernel's second output; the depthwise output keeps
 // its other user (the gate's multiply, folded into the projection's input scale). A mean over

@@ -266,6 +266,30 @@ def test_depthwise_projection_fusion_matches_eager(fuse, tmp_path):
     _check_conv_fusion(m, x, fuse, "dw_projects_fused", 1, "... with their 1x1 projection  : 1", tmp_path)
 
 
+class FirstBlockV3(nn.Module):
+    """MobileNet-V3's first block: the stem (3 -> 16, 3x3 stride 2, hardswish), then a depthwise
+    conv, a 1x1 projection and the skip connection from the stem's output. The whole block fuses
+    into one kernel that never writes the stem's output (the skip is added from its row window)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
+        self.body = nn.Sequential(nn.Conv2d(16, 16, 3, 1, 1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU(),
+                                  nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16))
+
+    def forward(self, x):
+        s = self.stem(x)
+        return s + self.body(s)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_block_with_skip_from_the_stem_matches_eager(fuse, tmp_path):
+    torch.manual_seed(0)
+    m = _with_random_bn(FirstBlockV3())
+    x = torch.randn(2, 3, 64, 58)
+    _check_conv_fusion(m, x, fuse, "dw_projects_fused", 1, "... with their 1x1 projection  : 1", tmp_path)
+
+
 class WinogradNet(nn.Module):
     """3x3 stride-1 convs that take each algorithm at batch 2 on 40x36: F(4x4) (32 -> 32 at 40x36,
     180 4x4 tiles; one with a residual add and ReLU fused behind it), F(2x2) (128 -> 128 at 10x9,

@@ -232,7 +232,7 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
 
 void conv_nchwc_expand_dw_project_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
                                         const ConvNchwcKnobs& kd, const Conv2dShape& p, const ConvNchwcKnobs& kp,
-                                        Isa isa) {
+                                        Isa isa, bool add_expand) {
   conv_nchwc_expand_dw_check(e, ke, d, kd, isa);
   conv_nchwc_check(p, kp, isa);
   if (!(p.R == 1 && p.S == 1 && p.stride_h == 1 && p.stride_w == 1 && p.pad_h == 0 && p.pad_w == 0 && p.groups == 1))
@@ -244,15 +244,19 @@ void conv_nchwc_expand_dw_project_check(const Conv2dShape& e, const ConvNchwcKno
   if (kp.ic_bn != kd.oc_bn)
     DNNF_THROW("conv2d_nchwc_expand_dw_project: the third conv's input block (ic_bn=", kp.ic_bn,
                ") must be the depthwise block (", kd.oc_bn, ")");
+  if (add_expand && (p.K != e.K || p.OH() != e.OH() || p.OW() != e.OW() || kp.oc_bn != ke.oc_bn))
+    DNNF_THROW("conv2d_nchwc_expand_dw_project: adding the first conv's output needs the projection's output (",
+               p.K, "x", p.OH(), "x", p.OW(), ", block ", kp.oc_bn, ") to be shaped like it (", e.K, "x", e.OH(), "x",
+               e.OW(), ", block ", ke.oc_bn, ")");
 }
 
 void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d,
                                     const ConvNchwcKnobs& kd, const Conv2dShape& p, const ConvNchwcKnobs& kp,
                                     const float* x, const float* w_expand, const float* b_expand, ExpandAct act,
                                     const float* w_dw, const float* b_dw, ExpandAct dw_act, const float* w_project,
-                                    const float* b_project, float* y, const Parallel& par, ElementHook epilogue,
-                                    Isa isa) {
-  conv_nchwc_expand_dw_project_check(e, ke, d, kd, p, kp, isa);
+                                    const float* b_project, bool add_expand, float* y, const Parallel& par,
+                                    ElementHook epilogue, Isa isa) {
+  conv_nchwc_expand_dw_project_check(e, ke, d, kd, p, kp, isa, add_expand);
   if (!isa_supported(isa))
     DNNF_THROW("conv2d_nchwc_expand_dw_project: this CPU cannot run ", isa_name(isa), " kernels");
   DNNF_CHECK(x != nullptr && w_expand != nullptr && w_dw != nullptr && w_project != nullptr && y != nullptr,
@@ -299,8 +303,11 @@ void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& 
         }
         for (int64_t kb = 0; kb < Kb; ++kb) {
           float* y_run = y + n * y_img + (kb * OH + o0) * OW * bo;
+          // The skip connection: rows [o0, o1) of block kb's window (the depthwise conv keeps the
+          // plane's size, so its taps needed them; same block and width, so one contiguous run).
+          const float* res_run = add_expand ? wins[kb].rows + (o0 - wins[kb].lo) * g.row_floats : nullptr;
           const nchwc_detail::RunStreams streams = nchwc_detail::run_streams(nullptr, epilogue, y, y_run - y, y_bytes);
-          project_rows.run(kb, 0, 0, (o1 - o0) * OW, mid, 0, y_run, nullptr, nullptr, stage, nullptr, &streams);
+          project_rows.run(kb, 0, 0, (o1 - o0) * OW, mid, 0, y_run, res_run, nullptr, stage, nullptr, &streams);
           if (epilogue) epilogue(y_run, y_run - y, (o1 - o0) * OW * bo);
         }
       }

@@ -61,21 +61,25 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& expand, const ConvNchwcKnobs& k_e
 // the projection's tiles over them, every output block.
 // Throws dnnfusion::Error naming the problem unless conv_nchwc_expand_dw_check passes, p is a 1x1
 // stride-1 unpadded groups-1 conv over the depthwise output (C = M, N x OH x OW), it passes
-// conv_nchwc_check, and kp.ic_bn == kd.oc_bn.
+// conv_nchwc_check, and kp.ic_bn == kd.oc_bn. add_expand: also the projection's output shape and
+// block equal the first conv's (the skip connection of MobileNet-V3's first block).
 void conv_nchwc_expand_dw_project_check(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand,
                                         const Conv2dShape& dw, const ConvNchwcKnobs& k_dw, const Conv2dShape& project,
-                                        const ConvNchwcKnobs& k_project, Isa isa);
+                                        const ConvNchwcKnobs& k_project, Isa isa, bool add_expand = false);
 
-// y = project(dw_act(dw(act(expand(x) + b_expand)) + b_dw)) + b_project, then the epilogue, y
-// NCHW[k_project.oc_bn]c. Results equal conv2d_nchwc_expand_dw followed by conv2d_nchwc with the
-// same knobs (bit for bit for None/Relu/Relu6). The epilogue contract is conv2d_nchwc's for the
-// project output (runs of one output block's positions, several rows at a time). y must not
-// overlap x or the weights.
+// y = project(dw_act(dw(e)) + b_dw)) + b_project with e = act(expand(x) + b_expand), then the
+// epilogue, y NCHW[k_project.oc_bn]c. add_expand: y = ... + b_project + e, the skip connection
+// taken from the expanded rows the kernel holds anyway, so e is never written. Results equal
+// conv2d_nchwc_expand_dw followed by conv2d_nchwc with the same knobs (and e as its residual;
+// bit for bit for None/Relu/Relu6). The epilogue contract is conv2d_nchwc's for the project
+// output (runs of one output block's positions, several rows at a time). y must not overlap x or
+// the weights.
 void conv2d_nchwc_expand_dw_project(const Conv2dShape& expand, const ConvNchwcKnobs& k_expand, const Conv2dShape& dw,
                                     const ConvNchwcKnobs& k_dw, const Conv2dShape& project,
                                     const ConvNchwcKnobs& k_project, const float* x, const float* w_expand,
                                     const float* b_expand, ExpandAct act, const float* w_dw, const float* b_dw,
-                                    ExpandAct dw_act, const float* w_project, const float* b_project, float* y,
-                                    const Parallel& par, ElementHook epilogue = {}, Isa isa = active_isa());
+                                    ExpandAct dw_act, const float* w_project, const float* b_project, bool add_expand,
+                                    float* y, const Parallel& par, ElementHook epilogue = {},
+                                    Isa isa = active_isa());
 
 }  // namespace dnnfusion::kernels

@@ -219,7 +219,8 @@ void run_conv_expand_dw(KernelCall& c) {
 // conv2d_nchwc_expand_dw_project (layout/fuse_depthwise_project): conv2d_nchwc_expand_dw's
 // inputs and attributes, then the projection's packed weight and bias (inputs 5, 6) and its
 // attributes prefixed with project_ (weight_shape, in_channels, oc_bn, reg_n, unroll_ker; ic_bn is
-// the depthwise block oc_bn).
+// the depthwise block oc_bn); project_add_expand = 1 adds the first conv's activated output to the
+// projection's (the skip connection that starts there).
 kernels::Conv2dShape project_shape(const Graph& g, const Node& n) {
   const kernels::Conv2dShape d = expand_dw_shape(g, n);
   kernels::Conv2dShape p{};
@@ -246,7 +247,8 @@ std::string check_conv_expand_dw_project(const Graph& g, const Node& n) {
     const auto p = project_shape(g, n);
     const auto kp = project_knobs(n);
     kernels::conv_nchwc_expand_dw_project_check(expand_shape(g, n), expand_knobs(n), expand_dw_shape(g, n),
-                                                nchwc_knobs(n), p, kp, kernels::active_isa());
+                                                nchwc_knobs(n), p, kp, kernels::active_isa(),
+                                                n.attr_int("project_add_expand", 0) != 0);
     if (g.value(n.inputs[5]).numel() != kernels::conv_nchwc_packed_weight_floats(p, kp))
       return detail::str_cat("conv2d_nchwc_expand_dw_project: packed weight 5 has ", g.value(n.inputs[5]).numel(),
                              " floats, its blocks need ", kernels::conv_nchwc_packed_weight_floats(p, kp));
@@ -263,8 +265,8 @@ void run_conv_expand_dw_project(KernelCall& c) {
   kernels::conv2d_nchwc_expand_dw_project(
       expand_shape(c.g, c.n), expand_knobs(c.n), expand_dw_shape(c.g, c.n), nchwc_knobs(c.n), project_shape(c.g, c.n),
       project_knobs(c.n), fin(c, 0), fin(c, 1), opt(2), kernels::expand_act_from_name(c.n.attr_str("expand_act")),
-      fin(c, 3), opt(4), kernels::expand_act_from_name(c.n.attr_str("dw_act")), fin(c, 5), opt(6), fout(c, 0), c.par,
-      c.epilogue ? *c.epilogue : kernels::ElementHook{});
+      fin(c, 3), opt(4), kernels::expand_act_from_name(c.n.attr_str("dw_act")), fin(c, 5), opt(6),
+      c.n.attr_int("project_add_expand", 0) != 0, fout(c, 0), c.par, c.epilogue ? *c.epilogue : kernels::ElementHook{});
 }
 
 void run_pack_weight(KernelCall& c) {
