@@ -86,10 +86,11 @@ NchwcTileFn dw_tile_avx512(int c_bn, int rn) {
 
 namespace {
 
-// Whole zmm registers, without a division: GCC vectorizes the portable formula with vdivps, and
-// the generated code's exp (target/cpu/codegen/prelude.cc) needs a two-step range reduction; here 2^n is
-// one scalef and 1 / (1 + e) a reciprocal estimate plus one Newton step (18 instructions per 16
-// floats; SiLU over 32K floats in L1, 1 thread: 0.23 ns per float, the generated code 0.32).
+// Whole zmm registers: the generated code's exp (target/cpu/codegen/prelude.cc) needs a two-step
+// range reduction; here 2^n is one scalef, and x / (1 + e) one vdivps (15 instructions per 16
+// floats). The division measured faster than a reciprocal estimate plus a Newton step, which
+// adds three multiplies to the FMA ports the polynomial already fills (Zen 5, 8K floats in L1,
+// 1 thread: 0.136 -> 0.109 ns per float), and it is exact.
 // GCC 12 reports the unmasked forms of min, max, roundscale, scalef and rcp14 as reading an
 // uninitialized register (their headers pass _mm512_undefined_ps as the merge source): false.
 #pragma GCC diagnostic push
@@ -110,9 +111,7 @@ __m512 silu16(__m512 x) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931469440460205e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0000001192092896f));
   const __m512 d = _mm512_add_ps(_mm512_scalef_ps(p, n), _mm512_set1_ps(1.f));  // 1 + exp(-x)
-  __m512 inv = _mm512_rcp14_ps(d);
-  inv = _mm512_mul_ps(inv, _mm512_fnmadd_ps(d, inv, _mm512_set1_ps(2.f)));
-  const __m512 out = _mm512_mul_ps(x, inv);
+  const __m512 out = _mm512_div_ps(x, d);
   // Below -87, exp(-x) is inf in float (the generated code's dnnf_exp_clamped): x / inf is -0,
   // and NaN for x = -inf, as in PyTorch.
   const __mmask16 big = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.f), _CMP_LT_OQ);
