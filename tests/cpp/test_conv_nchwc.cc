@@ -50,6 +50,8 @@ const NamedCase kCases[] = {
     {"1x1 p1 (borders)", shape(1, 8, 5, 6, 12, 1, 1, 1, 1)},
     {"1x1 p3 (tiles entirely in padding)", shape(1, 5, 4, 3, 6, 1, 1, 1, 3)},
     {"single pixel", shape(1, 7, 1, 1, 9, 1, 1, 1, 0)},
+    {"1x1 over 1x1 planes, 17 images (images as tile positions)", shape(17, 40, 1, 1, 72, 1, 1, 1, 0)},
+    {"1x1 over 1x1 planes, 3 images, K in one padded block", shape(3, 96, 1, 1, 20, 1, 1, 1, 0)},
     {"kernel = image", shape(2, 4, 5, 5, 6, 5, 5, 1, 0)},
     {"OW = 1 column", shape(1, 6, 9, 1, 10, 3, 3, 1, 1)},
     {"depthwise 3x3 s1", shape(2, 32, 12, 29, 32, 3, 3, 1, 1, 1, 32)},

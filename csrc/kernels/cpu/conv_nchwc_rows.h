@@ -50,6 +50,11 @@ class ConvRows {
   // with one two-row tile. Only for convs without padding that conv_nchwc_two_row_tiles accepts.
   void run_pair(int64_t kb, int64_t row, const float* xn, float* y_pair, const float* res_pair,
                 const PrefetchShare* item, const float* w = nullptr, const RunStreams* streams = nullptr) const;
+  // A 1x1 conv over 1x1 planes: images [n0, n1) (at most reg_n) as one tile's positions, image n
+  // at x + n * x_img; writes their outputs of block kb at y_tmp (oc_bn floats per image,
+  // contiguous), adding res_tmp (same layout) unless null, then zeroes the padded lanes.
+  void run_images(int64_t kb, int64_t n0, int64_t n1, const float* x, int64_t x_img, float* y_tmp,
+                  const float* res_tmp) const;
   int64_t weight_block_floats() const { return w_blk_; }
 
  private:
