@@ -42,7 +42,8 @@ class ConvRows {
   // run's share of weights to prefetch into L2 while it computes, or null. stage: per-thread
   // scratch for edge windows (grown on first use).
   // w: the weights to use, packed_w unless the caller runs a different set per image (null:
-  // packed_w). streams: what the tiles prefetch besides res_run, or null.
+  // packed_w). streams: what the tiles prefetch (res_run included, when it should be), or null:
+  // nothing.
   void run(int64_t kb, int64_t row, int64_t p_begin, int64_t p_end, const float* xn, int64_t x_row0,
            float* y_run, const float* res_run, const PrefetchShare* item, std::vector<float>& stage,
            const float* w = nullptr, const RunStreams* streams = nullptr) const;

@@ -523,28 +523,24 @@ class BlockEmitter {
     });
   }
 
-  std::string emit_hook(StageKind kind, int value, int self, ArgTable& args) {
+  // same_index (optional): receives the positions in args of the float operands the hook reads at
+  // the kernel output's own element indices (at most two), for the kernel to prefetch: a residual
+  // add's other operand otherwise waits on memory in the epilogue, after the kernel's arithmetic.
+  std::string emit_hook(StageKind kind, int value, int self, ArgTable& args, std::vector<int>* same_index = nullptr) {
     ExprBuilder b(g_, bp_.leaves_of(g_, value));
     const int e = expr_of(b, value);
-    return emit_function(kind, g_, b, {e}, {}, g_.value(value).shape, self, args, functions_);
-  }
-
-  // The float operands the epilogue of `value` reads at the kernel output's own element indices
-  // (positions in args, at most two), for the kernel to prefetch: a residual add's other operand
-  // otherwise waits on memory in the epilogue, after the kernel's arithmetic.
-  std::vector<int> same_index_operands(int value, int self, const ArgTable& args) const {
-    ExprBuilder b(g_, bp_.leaves_of(g_, value));
-    expr_of(b, value);
-    const std::vector<int64_t>& shape = g_.value(value).shape;
-    std::vector<int> found;
+    std::string name = emit_function(kind, g_, b, {e}, {}, g_.value(value).shape, self, args, functions_);
+    if (!same_index) return name;
     for (const Leaf& l : b.leaves) {
-      if (l.value == self || g_.value(l.value).dtype != DType::Float32 || !identity_view(l.view, shape)) continue;
+      if (l.value == self || g_.value(l.value).dtype != DType::Float32 || !identity_view(l.view, g_.value(value).shape))
+        continue;
       const auto at = std::find(args.values.begin(), args.values.end(), l.value);
       const int idx = static_cast<int>(at - args.values.begin());
-      if (at != args.values.end() && found.size() < 2 && std::find(found.begin(), found.end(), idx) == found.end())
-        found.push_back(idx);
+      if (at != args.values.end() && same_index->size() < 2 &&
+          std::find(same_index->begin(), same_index->end(), idx) == same_index->end())
+        same_index->push_back(idx);
     }
-    return found;
+    return name;
   }
 
   void emit_dominant() {
@@ -558,11 +554,11 @@ class BlockEmitter {
     ArgTable args;
     std::string pro_name, epi_name;
     if (bp_.prologue_value >= 0) pro_name = emit_hook(StageKind::Prologue, bp_.prologue_value, -1, args);
-    if (bp_.epilogue_target >= 0) epi_name = emit_hook(StageKind::Epilogue, bp_.epilogue_target, d_out, args);
+    if (bp_.epilogue_target >= 0)
+      epi_name = emit_hook(StageKind::Epilogue, bp_.epilogue_target, d_out, args,
+                           bp_.store_strides.empty() ? &s.epilogue_same_index : nullptr);
     s.args = args.values;
     s.out_strides = bp_.store_strides;
-    if (!epi_name.empty() && s.out_strides.empty())
-      s.epilogue_same_index = same_index_operands(bp_.epilogue_target, d_out, args);
     for (const auto& so : bp_.strided_operands) {
       s.input_views.push_back(runtime::Step::InputView{so.slot, so.value, so.strides, so.offset});
       s.reads.push_back(so.value);
