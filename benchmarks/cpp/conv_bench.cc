@@ -46,6 +46,7 @@
 #include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16x6.h"
 #include "runtime/thread_pool.h"
 
 namespace {
@@ -344,12 +345,15 @@ void gemm_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt1993
   namespace K = dnnfusion::kernels;
   std::printf("\n# bert-base GEMMs (seq 128; batch 1, then the weight GEMMs at batch 8) with bias epilogue, median time: kernels::sgemm/sgemm_batched\n"
               "# (B packed per call) and kernels::sgemm_packed_b (weight packed once, as compiled models run them)\n");
-  std::printf("# last column: packed, but a different weight copy per call (600 MB in all), as in a model\n");
-  std::printf("%-32s %9s | %8s %5s | %8s %5s | %8s %5s\n", "layer", "MFLOP", "GFLOP/s", "%pk", "packed", "%pk", "cold",
-              "%pk");
+  std::printf("# cold: packed, but a different weight copy per call (600 MB in all), as in a model; amx: the\n"
+              "# bf16x6 GEMM (kernels::sgemm_bf16x6_packed_b, fp32 accuracy from six bf16 products), where the CPU has AMX\n");
+  const bool amx = K::bf16x6_available();
+  std::printf("%-32s %9s | %8s %5s | %8s %5s | %8s %5s | %8s %5s | %8s %5s\n", "layer", "MFLOP", "GFLOP/s", "%pk", "packed",
+              "%pk", "cold", "%pk", "amx", "%pk", "amx cold", "%pk");
   std::uniform_real_distribution<float> d(-1.f, 1.f);
   // Flop-weighted sums per bert batch size (index 0: batch 1, 1: batch 8), as separate summaries.
-  double flops_all[2] = {}, t_all[2] = {}, t_packed_all[2] = {}, t_cold_all[2] = {};
+  double flops_all[2] = {}, t_all[2] = {}, t_packed_all[2] = {}, t_cold_all[2] = {}, t_amx_all[2] = {},
+         t_amx_cold_all[2] = {};
   const int nr = K::sgemm_panel_width();
   for (const auto& L : kBertGemms) {
     const int bi = L.M > 128 ? 1 : 0;
@@ -369,28 +373,47 @@ void gemm_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt1993
     });
     double tcold = t;
     double tp = t;  // attention's batched GEMMs multiply two activations: nothing to pre-pack
-    if (L.batch == 1) {
-      Packed pk(static_cast<size_t>(K::sgemm_packed_b_floats(L.K, L.N, nr)));
-      K::sgemm_pack_b(L.K, L.N, {b.data(), L.N, 1}, nr, pk.p);
-      tp = time_median([&] { K::sgemm_packed_b(L.M, L.N, L.K, {a.data(), L.K, 1}, pk.p, nr, c.data(), L.N, ep, pool); });
-      // Cold weights: a model streams each layer's weight from memory once per call.
-      const size_t fl = static_cast<size_t>(K::sgemm_packed_b_floats(L.K, L.N, nr));
-      const int copies = static_cast<int>(std::max<size_t>(4, (size_t(600) << 20) / (fl * 4)));
+    // Hot (one packed weight) and cold (a different copy per call: a model streams each layer's
+    // weight from memory once per call) times of run(packed weight).
+    auto hot_and_cold = [&](const Packed& pk, size_t floats, const auto& run, double* hot, double* cold_time) {
+      *hot = time_median([&] { run(pk.p); });
+      const int copies = static_cast<int>(std::max<size_t>(4, (size_t(600) << 20) / (floats * 4)));
       std::vector<std::unique_ptr<Packed>> cold;
       for (int i = 0; i < copies; ++i) {
-        cold.emplace_back(new Packed(fl));
-        std::memcpy(cold.back()->p, pk.p, fl * 4);
+        cold.emplace_back(new Packed(floats));
+        std::memcpy(cold.back()->p, pk.p, floats * 4);
       }
       int which = 0;
-      tcold = time_median([&] {
-        K::sgemm_packed_b(L.M, L.N, L.K, {a.data(), L.K, 1}, cold[which]->p, nr, c.data(), L.N, ep, pool);
+      *cold_time = time_median([&] {
+        run(cold[which]->p);
         which = (which + 1) % copies;
       });
+    };
+    if (L.batch == 1) {
+      const size_t fl = static_cast<size_t>(K::sgemm_packed_b_floats(L.K, L.N, nr));
+      Packed pk(fl);
+      K::sgemm_pack_b(L.K, L.N, {b.data(), L.N, 1}, nr, pk.p);
+      hot_and_cold(pk, fl, [&](const float* w) {
+        K::sgemm_packed_b(L.M, L.N, L.K, {a.data(), L.K, 1}, w, nr, c.data(), L.N, ep, pool);
+      }, &tp, &tcold);
+    }
+    double tamx = tp, tamx_cold = tcold;
+    if (L.batch == 1 && amx) {
+      const size_t fl = static_cast<size_t>(K::bf16x6_packed_b_floats(L.K, L.N));
+      Packed pk(fl);
+      K::bf16x6_pack_b(L.K, L.N, {b.data(), L.N, 1}, pk.p);
+      hot_and_cold(pk, fl, [&](const float* w) {
+        K::sgemm_bf16x6_packed_b(L.M, L.N, L.K, {a.data(), L.K, 1}, w, c.data(), L.N, ep, pool);
+      }, &tamx, &tamx_cold);
     }
     const double flops = 2.0 * L.batch * L.M * L.N * L.K;
-    const double gf = flops / t * 1e-9, gp = flops / tp * 1e-9;
-    std::printf("%-32s %9.1f | %8.1f %5.1f | %8.1f %5.1f | %8.1f %5.1f\n", L.name, flops * 1e-6, gf, peak > 0 ? 100 * gf / peak : 0.0,
-                gp, peak > 0 ? 100 * gp / peak : 0.0, flops / tcold * 1e-9, peak > 0 ? 100 * flops / tcold * 1e-9 / peak : 0.0);
+    auto rate = [&](double tt) { return flops / tt * 1e-9; };
+    auto pct = [&](double tt) { return peak > 0 ? 100 * rate(tt) / peak : 0.0; };
+    std::printf("%-32s %9.1f | %8.1f %5.1f | %8.1f %5.1f | %8.1f %5.1f | %8.1f %5.1f | %8.1f %5.1f\n", L.name, flops * 1e-6,
+                rate(t), pct(t), rate(tp), pct(tp), rate(tcold), pct(tcold), rate(tamx), pct(tamx), rate(tamx_cold),
+                pct(tamx_cold));
+    t_amx_all[bi] += tamx;
+    t_amx_cold_all[bi] += tamx_cold;
     flops_all[bi] += flops;
     t_all[bi] += t;
     t_packed_all[bi] += tp;
@@ -403,6 +426,10 @@ void gemm_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt1993
                 "%.1f GFLOP/s = %.1f%% (weights packed once); %.1f GFLOP/s = %.1f%% (packed, cold weights)\n",
                 bi ? 8 : 1, f / t_all[bi] * 1e-9, pct(t_all[bi]), f / t_packed_all[bi] * 1e-9, pct(t_packed_all[bi]),
                 f / t_cold_all[bi] * 1e-9, pct(t_cold_all[bi]));
+    if (amx)
+      std::printf("# ... the AMX bf16x6 GEMM: %.1f GFLOP/s = %.1f%% of the fp32 peak (hot weights), %.1f GFLOP/s = %.1f%% "
+                  "(cold); attention's batched GEMMs stay fp32\n",
+                  f / t_amx_all[bi] * 1e-9, pct(t_amx_all[bi]), f / t_amx_cold_all[bi] * 1e-9, pct(t_amx_cold_all[bi]));
   }
   {
     // bert-base's whole attention (kernels::sdpa: scores, softmax, P v) on [1, 128, 12, 64]

@@ -38,7 +38,7 @@ inline std::string describe(const Conv2dShape& s, const ConvNchwcKnobs& k) {
      << " S=" << s.S << " stride=" << s.stride_h << "x" << s.stride_w << " pad=" << s.pad_h << "x"
      << s.pad_w << " dil=" << s.dil_h << "x" << s.dil_w << " groups=" << s.groups
      << " | ic_bn=" << k.ic_bn << " oc_bn=" << k.oc_bn << " reg_n=" << k.reg_n
-     << " unroll=" << k.unroll_ker << " winograd=" << k.winograd;
+     << " unroll=" << k.unroll_ker << " winograd=" << k.winograd << " amx=" << k.amx;
   return os.str();
 }
 

@@ -38,7 +38,7 @@ const target::Target& cpu_target() { return target::registry().get("cpu"); }
 // Ops only the cpu target's own layout / packing passes put into a graph.
 const std::set<std::string>& cpu_only_ops() {
   static const std::set<std::string> s = {"conv2d_nchwc",     "conv2d_nchwc_pack_weight", "conv2d_nchwc_expand_dw",
-                                          "conv2d_nchwc_expand_dw_project",
+                                          "conv2d_nchwc_expand_dw_project", "conv2d_nchwc_repack_bf16x6",
                                           "mm_packed",        "gemm_pack_b",              "max_pool2d_nchwc",
                                           "avg_pool2d_nchwc"};
   return s;

@@ -92,6 +92,48 @@ def test_linear_weights_are_packed_once_unless_switched_off():
         dnnfusion.options.parse_options({"pack_gemm_weights": "yes"})
 
 
+def _cpu_offers_amx():
+    with open("/proc/cpuinfo") as f:
+        flags = set(next((line for line in f if line.startswith("flags")), "").split())
+    return {"amx_tile", "amx_bf16", "avx512_bf16"} <= flags and os.environ.get("DNNFUSION_AMX") != "0"
+
+
+def test_tall_linear_layers_take_the_amx_gemm_with_fp32_accuracy():
+    # GEMMs of >= 64 rows run as six bf16 products on AMX where the CPU has it (fp32 panels elsewhere):
+    # either way as close to the exact result as eager's fp32.
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(96, 200), nn.GELU(), nn.Linear(200, 50), nn.ReLU(), nn.Linear(50, 33)).eval()
+    x = torch.randn(130, 96)
+    rep = dnnfusion.explain(m, x, compare_modes=False)
+    amx = sum(r.target_counters["gemms_bf16x6"] for r in rep.regions)
+    assert amx == (3 if _cpu_offers_amx() else 0), str(rep)
+    if amx:
+        assert "for the AMX bf16x6 GEMM    : 3" in str(rep)
+    with torch.no_grad():
+        y = compiled_run(m, x).double()
+        eager = m(x).double()
+        exact = m.double()(x.double())
+    scale = exact.abs().max()
+    assert (y - exact).abs().max() / scale <= 4 * (eager - exact).abs().max() / scale + 1e-7
+
+
+def test_amx_gemm_is_switched_off_by_the_environment():
+    r = run_py("""
+        import torch, torch.nn as nn, dnnfusion
+        m = nn.Sequential(nn.Linear(64, 80), nn.ReLU(), nn.Linear(80, 16)).eval()
+        x = torch.randn(100, 64)
+        rep = dnnfusion.explain(m, x, compare_modes=False)
+        print("AMX", sum(r.target_counters["gemms_bf16x6"] for r in rep.regions),
+              sum(r.target_counters["gemms_packed"] for r in rep.regions))
+        c = dnnfusion.compile(m, (x,))
+        with torch.no_grad():
+            torch.testing.assert_close(c(x), m(x), rtol=1e-5, atol=1e-5)
+        print("OK")
+    """, env={"DNNFUSION_AMX": "0"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "AMX 0 2" in r.stdout and "OK" in r.stdout
+
+
 @pytest.mark.parametrize("bad", [0, -2, "4", 2.5, True])
 def test_bad_thread_count_is_rejected(bad):
     with pytest.raises(ValueError, match="threads"):

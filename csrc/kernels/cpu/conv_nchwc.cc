@@ -10,8 +10,10 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cpu/conv_bf16x6.h"
 #include "kernels/cpu/conv_nchwc_rows.h"
 #include "kernels/cpu/conv_winograd.h"
+#include "kernels/cpu/gemm_bf16x6.h"
 
 namespace dnnfusion::kernels {
 
@@ -278,6 +280,12 @@ void conv_nchwc_check(const Conv2dShape& s, const ConvNchwcKnobs& k, Isa isa) {
   if (k.winograd != 0 && k.winograd != 2 && k.winograd != 4)
     DNNF_THROW("conv_nchwc: winograd=", k.winograd, " must be 0 (direct), 2 (F(2x2, 3x3)) or 4 (F(4x4, 3x3))");
   if (k.winograd) conv_winograd_require_fits(s, "conv_nchwc");
+  if (k.amx) {
+    if (k.winograd) DNNF_THROW("conv_nchwc: amx and winograd exclude each other");
+    if (!conv_bf16x6_supported(s, k.ic_bn, k.oc_bn, &why)) DNNF_THROW("conv_nchwc: amx: ", why);
+    if (isa != Isa::Avx512 || !bf16x6_available())
+      DNNF_THROW("conv_nchwc: amx needs AMX-BF16 on this CPU and OS (and AVX-512 active, DNNFUSION_AMX not 0)");
+  }
   if (is_depthwise(s) && k.ic_bn != k.oc_bn)
     DNNF_THROW("conv_nchwc: depthwise conv needs ic_bn == oc_bn (got ic_bn=", k.ic_bn,
                ", oc_bn=", k.oc_bn, ")");
@@ -458,6 +466,7 @@ bool nchwc_block_fits(int64_t C, int b) {
 
 int64_t conv_nchwc_packed_weight_floats(const Conv2dShape& s, const ConvNchwcKnobs& k) {
   if (k.winograd) return conv_winograd_packed_weight_floats(s, k);
+  if (k.amx) return conv_bf16x6_packed_weight_floats(s);
   const int64_t Kb = ceil_div(s.K, k.oc_bn);
   if (is_depthwise(s)) return Kb * s.R * s.S * k.oc_bn;
   if (is_grouped(s)) return Kb * (group_span(s, k.oc_bn) / k.ic_bn) * s.R * s.S * k.ic_bn * k.oc_bn;
@@ -472,6 +481,7 @@ void conv_nchwc_pack_weight(const Conv2dShape& s, const ConvNchwcKnobs& k, const
              k.ic_bn, " oc_bn=", k.oc_bn, ")");
   DNNF_CHECK(w_kcrs != nullptr && out != nullptr, "conv_nchwc_pack_weight: null pointer");
   if (k.winograd) return conv_winograd_pack_weight(s, k, w_kcrs, out);
+  if (k.amx) return conv_bf16x6_pack_weight(s, w_kcrs, out);
   const int64_t ocb = k.oc_bn, icb = k.ic_bn, RS = s.R * s.S;
   std::fill(out, out + conv_nchwc_packed_weight_floats(s, k), 0.f);
   if (is_depthwise(s)) {
@@ -1028,6 +1038,7 @@ void conv2d_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x,
                   float* y, const Parallel& par, ElementHook epilogue, Isa isa) {
   check_direct_args(s, k, x, packed_w, y, isa);
   if (k.winograd) return conv2d_winograd_nchwc(s, k, x, packed_w, bias, residual, act, y, par, epilogue, isa);
+  if (k.amx) return conv2d_bf16x6_nchwc(s, k.ic_bn, k.oc_bn, x, packed_w, bias, residual, act, y, par, epilogue);
   run_direct(s, k, x, packed_w, 0, bias, residual, act, y, par, epilogue, isa);
 }
 
@@ -1037,7 +1048,7 @@ void conv2d_nchwc_scaled_input(const Conv2dShape& s, const ConvNchwcKnobs& k, co
                                const Parallel& par, ElementHook epilogue, Isa isa) {
   check_direct_args(s, k, x, packed_w, y, isa);
   DNNF_CHECK(s.groups == 1, "conv2d_nchwc_scaled_input: groups must be 1 (got ", s.groups, ")");
-  DNNF_CHECK(!k.winograd, "conv2d_nchwc_scaled_input: needs the direct algorithm (winograd=false)");
+  DNNF_CHECK(!k.winograd && !k.amx, "conv2d_nchwc_scaled_input: needs the direct algorithm (winograd=false, amx=false)");
   DNNF_CHECK(in_scale != nullptr, "conv2d_nchwc_scaled_input: in_scale must not be null");
   DNNF_CHECK(scale_batch == 1 || scale_batch == s.N, "conv2d_nchwc_scaled_input: scale_batch must be 1 or N=", s.N,
              " (got ", scale_batch, ")");

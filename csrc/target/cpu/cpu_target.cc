@@ -18,6 +18,7 @@
 #include "target/cpu/layout/fuse_depthwise_project.h"
 #include "target/cpu/layout/fuse_expand_depthwise.h"
 #include "target/cpu/layout/pack_gemm_weights.h"
+#include "target/cpu/layout/use_amx_convs.h"
 #include "target/cpu/layout/propagate_blocked_layout.h"
 #include "target/cpu/layout/tuning_db.h"
 #include "rewrite/remove_noops.h"
@@ -31,7 +32,8 @@ namespace {
 constexpr const char* kCounters[] = {"convs_blocked",     "convs_winograd_f2", "convs_winograd_f4",
                                      "layout_to_blocked", "layout_to_plain",   "layout_reblocked",
                                      "layout_propagated", "convs_tuned_now",   "expand_dw_fused",
-                                     "se_means_fused",    "dw_projects_fused", "gemms_packed"};
+                                     "se_means_fused",    "dw_projects_fused", "gemms_packed",
+                                     "gemms_bf16x6",      "convs_amx"};
 
 // NCHW[x]c: choose every conv's scheme (heuristic, tuning database or global search, with the
 // Winograd choice), then propagate the blocked layout through the ops that tolerate it.
@@ -98,9 +100,23 @@ class CpuTarget final : public Target {
                                   [](const ecg::Graph& g, int* n) { return layout::fuse_depthwise_project(g, n); },
                                   "1x1 projections fused after their depthwise conv", "", "dw_projects_fused"));
       }
+      // After the fusions: they read the direct kernel's packed weights.
+      p.push_back(counting_pass("use_amx_convs", layout::use_amx_convs, "1x1 convs on AMX (bf16x6)", "", "convs_amx"));
+      p.push_back({"fold_constants", [fold = fold_constants_pass()](PassContext& c) {
+                     if (c.stats.target_counters["convs_amx"]) fold.run(c);  // evaluates the repacking once
+                     else c.detail = "skipped: no conv on AMX";
+                   }});
     }
     if (o.pack_gemm_weights) {
-      p.push_back(counting_pass("pack_gemm_weights", layout::pack_gemm_weights, "GEMM weights packed", "", "gemms_packed"));
+      p.push_back({"pack_gemm_weights", [](PassContext& c) {
+                     int n = 0, bf16x6 = 0;
+                     c.g = layout::pack_gemm_weights(c.g, &n, &bf16x6);
+                     c.changed = n > 0;
+                     c.detail = std::to_string(n) + " GEMM weights packed (" + std::to_string(bf16x6) +
+                                " for the AMX bf16x6 GEMM)";
+                     c.stats.target_counters["gemms_packed"] += n;
+                     c.stats.target_counters["gemms_bf16x6"] += bf16x6;
+                   }});
       p.push_back({"fold_constants", [fold = fold_constants_pass()](PassContext& c) {
                      if (c.stats.target_counters["gemms_packed"]) fold.run(c);  // evaluates the packing once
                      else c.detail = "skipped: no GEMM weight packed";

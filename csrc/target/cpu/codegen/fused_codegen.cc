@@ -415,11 +415,16 @@ std::string emit_template_packed_gemm(const Graph& g, const Node& dn, const std:
 // store (the epilogue reads its operands from the same pointer table `args`); `target` is the
 // buffer the epilogue's results go to. Operands come from `views` (slot -> strided leaf) or are the
 // node's contiguous inputs. Returns the function's name, or "" when the node's bias form is one the
-// template does not cover (then the library kernel with the epilogue hook runs instead).
+// template does not cover, or an mm_packed with the bf16x6 packing (then the library kernel with the
+// epilogue hook runs instead).
 std::string emit_template_gemm(const Graph& g, const Node& dn, const std::vector<runtime::Step::InputView>& views,
                                const std::string& epi_name, int target, ArgTable& args,
                                std::map<std::string, std::string>& functions) {
-  if (dn.op == "mm_packed") return emit_template_packed_gemm(g, dn, views, epi_name, target, args, functions);
+  if (dn.op == "mm_packed") {
+    // The bf16x6 packing runs on AMX through the library kernel, its epilogue as the hook.
+    if (dn.has_attr("packing")) return "";
+    return emit_template_packed_gemm(g, dn, views, epi_name, target, args, functions);
+  }
   const bool has_bias = dn.op == "addmm" || dn.op == "baddbmm";
   if (!has_bias && dn.op != "mm" && dn.op != "bmm") return "";
   const size_t a = has_bias ? 1 : 0;

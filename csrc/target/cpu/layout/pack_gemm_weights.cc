@@ -1,6 +1,7 @@
 #include "target/cpu/layout/pack_gemm_weights.h"
 
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16x6.h"
 #include "rewrite/graph_edit.h"
 
 namespace dnnfusion::layout {
@@ -39,10 +40,12 @@ int packable(const Graph& g, const std::vector<char>& is_const, const Node& n) {
 
 }  // namespace
 
-Graph pack_gemm_weights(const Graph& g, int* packed) {
+bool packs_bf16x6(int64_t M) { return M >= kBf16x6MinRows && kernels::bf16x6_available(); }
+
+Graph pack_gemm_weights(const Graph& g, int* packed, int* bf16x6_count) {
   const auto is_const = rewrite::compile_time_values(g);
   const int nr = kernels::sgemm_panel_width();
-  int count = 0;
+  int count = 0, amx = 0;
   rewrite::GraphRebuilder rb(g);
   for (const Node& n : g.nodes()) {
     const int x = packable(g, is_const, n);
@@ -53,16 +56,24 @@ Graph pack_gemm_weights(const Graph& g, int* packed) {
     const int A = n.inputs[x], B = n.inputs[x + 1];
     const int64_t M = g.value(A).shape[0], K = g.value(B).shape[0], N = g.value(B).shape[1];
     rb.origin = n.origin;
-    const int bp = rb.add("gemm_pack_b", {rb.map(B)}, {kernels::sgemm_packed_b_floats(K, N, nr)}, DType::Float32,
-                          {{"nr", int64_t{nr}}});
+    const bool bf16x6 = packs_bf16x6(M);
+    amx += bf16x6;
+    ecg::AttrMap pack_attrs{{"nr", int64_t{bf16x6 ? 0 : nr}}};
+    if (bf16x6) pack_attrs["packing"] = std::string(kBf16x6Packing);
+    const int64_t packed_floats = bf16x6 ? kernels::bf16x6_packed_b_floats(K, N) : kernels::sgemm_packed_b_floats(K, N, nr);
+    const int bp = rb.add("gemm_pack_b", {rb.map(B)}, {packed_floats}, DType::Float32, pack_attrs);
     std::vector<int> ins{rb.map(A), bp};
     if (n.op == "addmm" && n.attr_float("beta", 1.0) != 0.0) ins.push_back(rb.map(n.inputs[0]));
     const double alpha = n.op == "addmm" ? n.attr_float("alpha", 1.0) : 1.0;
-    const int y = rb.add("mm_packed", ins, {M, N}, DType::Float32, {{"n", N}, {"nr", int64_t{nr}}, {"alpha", alpha}});
+    ecg::AttrMap mm_attrs = pack_attrs;
+    mm_attrs["n"] = N;
+    mm_attrs["alpha"] = alpha;
+    const int y = rb.add("mm_packed", ins, {M, N}, DType::Float32, mm_attrs);
     rb.replace(n.outputs[0], y);
     ++count;
   }
   if (packed) *packed = count;
+  if (bf16x6_count) *bf16x6_count = amx;
   if (count == 0) return g;
   return rb.finish();
 }

@@ -7,13 +7,27 @@
 // alpha; A rank 2 and computed at run time. Batched GEMMs and runtime B stay as they are.
 // Precondition: the graph verifies; rewriting is done (the math rules and GEMM merging match
 // mm/addmm, not mm_packed). Postcondition: the graph verifies and computes the same values; the
-// packed operands are laid out for kernels::sgemm_panel_width() of this process's ISA.
+// packed operands are laid out for kernels::sgemm_panel_width() of this process's ISA, or, on a
+// CPU with AMX and for GEMMs of at least kBf16x6MinRows rows, for the bf16x6 GEMM
+// (kernels/cpu/gemm_bf16x6.h: fp32 accuracy from six bf16 products; both nodes then carry
+// packing = "bf16x6" and nr = 0).
 #pragma once
+#include <cstdint>
+
 #include "ecg/graph.h"
 
 namespace dnnfusion::layout {
 
-// `packed` (optional) receives the number of GEMMs rewritten.
-ecg::Graph pack_gemm_weights(const ecg::Graph& g, int* packed = nullptr);
+inline constexpr const char* kBf16x6Packing = "bf16x6";
+// Below this many rows of A the AMX tiles (16 rows each) run mostly empty and the 1.5x larger
+// packed weight costs more than the products gain (measured: 8 x 1000 x 1280 0.55x of fp32,
+// 64 rows 1.05x, 128 rows 1.1-1.45x, 1024 rows 1.6-1.8x).
+inline constexpr int64_t kBf16x6MinRows = 64;
+// Whether a GEMM of M rows gets the bf16x6 packing on this machine.
+bool packs_bf16x6(int64_t M);
+
+// `packed` (optional) receives the number of GEMMs rewritten, `bf16x6` how many of them took the
+// bf16x6 packing.
+ecg::Graph pack_gemm_weights(const ecg::Graph& g, int* packed = nullptr, int* bf16x6 = nullptr);
 
 }  // namespace dnnfusion::layout

@@ -5,10 +5,12 @@
 
 #include "common/error.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/conv_bf16x6.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/conv_nchwc_expand_dw.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16x6.h"
 #include "kernels/cpu/normalization.h"
 #include "kernels/cpu/pooling.h"
 #include "kernels/cpu/pooling_nchwc.h"
@@ -16,6 +18,7 @@
 #include "runtime/op_attrs.h"
 #include "runtime/op_kernels.h"
 #include "target/cpu/cpu_kernels.h"
+#include "target/cpu/layout/pack_gemm_weights.h"
 
 namespace dnnfusion::target::cpu {
 
@@ -95,6 +98,7 @@ kernels::ConvNchwcKnobs nchwc_knobs(const Node& n) {
   k.reg_n = static_cast<int>(n.attr_int("reg_n"));
   k.unroll_ker = n.attr_int("unroll_ker", 0) != 0;
   k.winograd = static_cast<int>(n.attr_int("winograd", 0));
+  k.amx = n.attr_int("amx", 0) != 0;
   return k;
 }
 
@@ -273,6 +277,24 @@ void run_pack_weight(KernelCall& c) {
   kernels::conv_nchwc_pack_weight(nchwc_conv_shape(c.g, c.n, false), nchwc_knobs(c.n), fin(c, 0), fout(c, 0));
 }
 
+// The direct kernel's packed weight -> the AMX packing (layout/use_amx_convs); attributes as the
+// conv's, amx = 1.
+std::string check_repack_bf16x6(const Graph& g, const Node& n) {
+  if (auto why = check_conv_nchwc_common(g, n, false, n.outputs[0]); !why.empty()) return why;
+  auto k = nchwc_knobs(n);
+  if (!k.amx) return "conv2d_nchwc_repack_bf16x6 without amx = 1";
+  k.amx = false;
+  const auto s = nchwc_conv_shape(g, n, false);
+  if (g.value(n.inputs[0]).numel() != kernels::conv_nchwc_packed_weight_floats(s, k))
+    return "conv2d_nchwc_repack_bf16x6: the input is not the direct kernel's packed weight for these blocks";
+  return "";
+}
+
+void run_repack_bf16x6(KernelCall& c) {
+  const auto k = nchwc_knobs(c.n);
+  kernels::conv_bf16x6_repack_weight(nchwc_conv_shape(c.g, c.n, false), k.ic_bn, k.oc_bn, fin(c, 0), fout(c, 0));
+}
+
 // ---- GEMM family ----
 // The last two dims of input `slot` as a matrix (row-major unless a fused block hands the operand
 // over strided), and the distance between batch entries.
@@ -347,32 +369,54 @@ void run_mm(KernelCall& c) {
     kernels::sgemm(M, N, K, A, B, fout(c, 0), N, ep, c.par, c.epilogue);
 }
 
+// The packed-B format a gemm_pack_b / mm_packed node names ("" = fp32 panels), and whether this
+// process can run it: the reason it cannot, or "".
+bool bf16x6_packing(const Node& n) { return n.has_attr("packing") && n.attr_str("packing") == layout::kBf16x6Packing; }
+
+std::string packing_unsupported(const Node& n, const char* op) {
+  if (n.has_attr("packing") && !bf16x6_packing(n))
+    return std::string(op) + ": unknown packing '" + n.attr_str("packing") + "' (allowed: bf16x6, or none for fp32 panels)";
+  if (bf16x6_packing(n)) {
+    if (!kernels::bf16x6_available())
+      return std::string(op) + ": B was packed for the AMX bf16x6 GEMM, which this CPU, OS or DNNFUSION_AMX=0 rules out";
+    return "";
+  }
+  const int64_t nr = n.attr_int("nr", 0);
+  if (nr != kernels::sgemm_panel_width())
+    return std::string(op) + ": B was packed for panel width " + std::to_string(nr) + ", this CPU's micro-kernel uses " +
+           std::to_string(kernels::sgemm_panel_width());
+  return "";
+}
+
+int64_t packed_floats(const Node& n, int64_t K, int64_t N) {
+  return bf16x6_packing(n) ? kernels::bf16x6_packed_b_floats(K, N)
+                           : kernels::sgemm_packed_b_floats(K, N, static_cast<int>(n.attr_int("nr")));
+}
+
 std::string check_gemm_pack_b(const Graph& g, const Node& n) {
   const auto& b = shp(g, n.inputs[0]);
-  const int64_t nr = n.attr_int("nr", 0);
   if (b.size() != 2) return "gemm_pack_b expects a [K, N] operand";
-  if (nr != kernels::sgemm_panel_width())
-    return "gemm_pack_b: panel width " + std::to_string(nr) + " is not this CPU's micro-kernel width " +
-           std::to_string(kernels::sgemm_panel_width());
-  if (shp(g, n.outputs[0]) != std::vector<int64_t>{kernels::sgemm_packed_b_floats(b[0], b[1], static_cast<int>(nr))})
+  if (auto why = packing_unsupported(n, "gemm_pack_b"); !why.empty()) return why;
+  if (shp(g, n.outputs[0]) != std::vector<int64_t>{packed_floats(n, b[0], b[1])})
     return "gemm_pack_b: output size is not the packed size of its operand";
   return f32_only(g, n);
 }
 
 void run_gemm_pack_b(KernelCall& c) {
   const auto& b = shp(c.g, c.n.inputs[0]);
-  kernels::sgemm_pack_b(b[0], b[1], mat(c, 0), static_cast<int>(c.n.attr_int("nr")), fout(c, 0));
+  if (bf16x6_packing(c.n))
+    kernels::bf16x6_pack_b(b[0], b[1], mat(c, 0), fout(c, 0));
+  else
+    kernels::sgemm_pack_b(b[0], b[1], mat(c, 0), static_cast<int>(c.n.attr_int("nr")), fout(c, 0));
 }
 
 std::string check_mm_packed(const Graph& g, const Node& n) {
   const auto& a = shp(g, n.inputs[0]);
-  const int64_t N = n.attr_int("n", -1), nr = n.attr_int("nr", 0);
+  const int64_t N = n.attr_int("n", -1);
   if (a.size() != 2) return "mm_packed expects a rank-2 first operand";
   if (N < 0) return "mm_packed without an n attribute";
-  if (nr != kernels::sgemm_panel_width())
-    return "mm_packed: B was packed for panel width " + std::to_string(nr) + ", this CPU's micro-kernel uses " +
-           std::to_string(kernels::sgemm_panel_width());
-  if (shp(g, n.inputs[1]) != std::vector<int64_t>{kernels::sgemm_packed_b_floats(a[1], N, static_cast<int>(nr))})
+  if (auto why = packing_unsupported(n, "mm_packed"); !why.empty()) return why;
+  if (shp(g, n.inputs[1]) != std::vector<int64_t>{packed_floats(n, a[1], N)})
     return "mm_packed: packed B size does not match K x n";
   const int bias = n.input_or_absent(2);
   if (bias >= 0 && g.value(bias).numel() != N) return "mm_packed: bias must have n elements";
@@ -389,8 +433,11 @@ void run_mm_packed(KernelCall& c) {
     ep.bias = fin(c, 2);
     ep.bias_mode = kernels::GemmEpilogue::Bias::PerCol;
   }
-  kernels::sgemm_packed_b(M, N, K, mat(c, 0), fin(c, 1), static_cast<int>(c.n.attr_int("nr")), fout(c, 0), N, ep,
-                          c.par, c.epilogue);
+  if (bf16x6_packing(c.n))
+    kernels::sgemm_bf16x6_packed_b(M, N, K, mat(c, 0), fin(c, 1), fout(c, 0), N, ep, c.par, c.epilogue);
+  else
+    kernels::sgemm_packed_b(M, N, K, mat(c, 0), fin(c, 1), static_cast<int>(c.n.attr_int("nr")), fout(c, 0), N, ep,
+                            c.par, c.epilogue);
 }
 
 // ---- scaled dot-product attention ----
@@ -580,6 +627,7 @@ void register_nn_ops(KernelTable& t) {
   t.emplace_back("convolution", OpKernel{check_conv, conv_scratch, run_conv, nullptr, true, false});
   t.emplace_back("conv2d_nchwc", OpKernel{check_conv_nchwc, nullptr, run_conv_nchwc, nullptr, true, false});
   t.emplace_back("conv2d_nchwc_pack_weight", OpKernel{check_pack_weight, nullptr, run_pack_weight, nullptr});
+  t.emplace_back("conv2d_nchwc_repack_bf16x6", OpKernel{check_repack_bf16x6, nullptr, run_repack_bf16x6, nullptr});
   t.emplace_back("conv2d_nchwc_expand_dw", OpKernel{check_conv_expand_dw, nullptr, run_conv_expand_dw, nullptr, true, false});
   t.emplace_back("conv2d_nchwc_expand_dw_project",
                  OpKernel{check_conv_expand_dw_project, nullptr, run_conv_expand_dw_project, nullptr, true, false});

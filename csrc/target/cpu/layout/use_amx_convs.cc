@@ -1,0 +1,68 @@
+#include "target/cpu/layout/use_amx_convs.h"
+
+#include "kernels/cpu/conv_bf16x6.h"
+#include "kernels/cpu/gemm_bf16x6.h"
+#include "rewrite/graph_edit.h"
+
+namespace dnnfusion::layout {
+
+using ecg::Graph;
+using ecg::Node;
+
+namespace {
+
+bool eligible(const Graph& g, const std::vector<char>& is_const, const Node& n) {
+  if (n.op != "conv2d_nchwc" || n.inputs.size() < 2 || n.input_or_absent(3) >= 0 || n.outputs.size() != 1) return false;
+  if (n.attr_int("winograd", 0) != 0 || n.attr_int("amx", 0) != 0 || n.attr_int("groups", 1) != 1) return false;
+  const auto ws = n.attr_ints("weight_shape", {});
+  if (ws.size() != 4 || ws[2] != 1 || ws[3] != 1 || ws[0] < kAmxConvMinOutChannels) return false;
+  for (int64_t v : n.attr_ints("stride", {1}))
+    if (v != 1) return false;
+  for (int64_t v : n.attr_ints("padding", {0}))
+    if (v != 0) return false;
+  const int W = n.inputs[1];
+  if (!is_const[W] || g.value(W).dtype != DType::Float32) return false;
+  const auto& x = g.value(n.inputs[0]).shape;  // [N, Cb, H, W, ic_bn]
+  if (x.size() != 5 || x[0] * x[2] * x[3] < kAmxConvMinRows) return false;
+  const int64_t C = n.attr_int("in_channels", 0);
+  if (C < kAmxConvMinChannels) return false;
+  const kernels::Conv2dShape s{x[0], C, x[2], x[3], ws[0], 1, 1, 1, 1, 0, 0, 1, 1, 1};
+  return kernels::conv_bf16x6_supported(s, static_cast<int>(n.attr_int("ic_bn", 0)),
+                                        static_cast<int>(n.attr_int("oc_bn", 0)));
+}
+
+}  // namespace
+
+Graph use_amx_convs(const Graph& g, int* converted) {
+  int count = 0;
+  if (kernels::bf16x6_available()) {
+    const auto is_const = rewrite::compile_time_values(g);
+    rewrite::GraphRebuilder rb(g);
+    for (const Node& n : g.nodes()) {
+      if (!eligible(g, is_const, n)) {
+        rb.copy_node(n.id);
+        continue;
+      }
+      const auto ws = n.attr_ints("weight_shape");
+      const kernels::Conv2dShape taps{1, n.attr_int("in_channels"), 1, 1, ws[0], 1, 1, 1, 1, 0, 0, 1, 1, 1};
+      ecg::AttrMap attrs = n.attrs;
+      attrs["amx"] = int64_t{1};
+      rb.origin = n.origin;
+      const int wp = rb.add("conv2d_nchwc_repack_bf16x6", {rb.map(n.inputs[1])},
+                            {kernels::conv_bf16x6_packed_weight_floats(taps)}, DType::Float32, attrs);
+      std::vector<int> ins{rb.map(n.inputs[0]), wp};
+      if (n.input_or_absent(2) >= 0) ins.push_back(rb.map(n.inputs[2]));
+      const int y = rb.add("conv2d_nchwc", ins, g.value(n.outputs[0]).shape, DType::Float32, attrs);
+      rb.replace(n.outputs[0], y);
+      ++count;
+    }
+    if (count) {
+      if (converted) *converted = count;
+      return rb.finish();
+    }
+  }
+  if (converted) *converted = 0;
+  return g;
+}
+
+}  // namespace dnnfusion::layout

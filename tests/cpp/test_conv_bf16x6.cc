@@ -1,0 +1,77 @@
+// 1x1 convolutions over NCHW[x]c on AMX (conv_bf16x6.h, reached through conv2d_nchwc with
+// knobs.amx) against the NCHW reference: channel blocks of 16/32/64 lanes on either side, padded
+// input and output blocks (poisoned input lanes), several images whose positions share a 32-row
+// block, bias, residual (separate and in place), activations, the epilogue hook (every element
+// once, runs inside one image), serial and two threads. Skips where the CPU has no AMX.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "kernels/cpu/conv_bf16x6.h"
+#include "kernels/cpu/gemm_bf16x6.h"
+#include "conv_nchwc_test_util.h"
+
+namespace dnnfusion {
+namespace {
+
+using conv_test::shape;
+using kernels::Activation;
+using kernels::ConvNchwcKnobs;
+
+class ConvBf16x6 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!kernels::bf16x6_available()) GTEST_SKIP() << "this CPU or OS offers no AMX-BF16";
+  }
+};
+
+TEST_F(ConvBf16x6, MatchesTheReference) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 71);
+  kernels::SerialParallel serial;
+  testing::ThreadParallel two(2);
+  struct Case {
+    int64_t N, C, H, W, K;
+    int icb, ocb;
+  };
+  const Case cases[] = {{1, 64, 7, 7, 64, 16, 16},   {3, 48, 5, 3, 40, 16, 32},  {2, 100, 4, 4, 130, 32, 16},
+                        {1, 256, 14, 14, 64, 64, 64}, {8, 32, 2, 2, 96, 32, 64},  {2, 900, 3, 3, 70, 64, 32},
+                        {1, 16, 9, 9, 16, 16, 16},   {4, 130, 7, 7, 200, 32, 64}};
+  int t = 0;
+  for (const Case& c : cases) {
+    ConvNchwcKnobs k;
+    k.ic_bn = c.icb;
+    k.oc_bn = c.ocb;
+    k.reg_n = 7;
+    k.amx = true;
+    const auto s = shape(c.N, c.C, c.H, c.W, c.K, 1, 1, 1, 0);
+    for (const kernels::Parallel* par : {static_cast<const kernels::Parallel*>(&serial),
+                                         static_cast<const kernels::Parallel*>(&two)}) {
+      conv_test::Options o;
+      o.bias = t % 2 == 0;
+      o.residual = t % 3 != 0;
+      o.in_place_residual = t % 3 == 2;
+      o.hook = t % 2 == 1;
+      o.act = static_cast<Activation>(t % 3);
+      ++t;
+      conv_test::check(rng, s, k, kernels::Isa::Avx512, *par, o);
+    }
+  }
+}
+
+TEST_F(ConvBf16x6, RefusesWhatItDoesNotCover) {
+  std::string why;
+  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 3, 3, 1, 1), 16, 16, &why));
+  EXPECT_NE(why.find("1x1"), std::string::npos) << why;
+  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 1, 1, 2, 0), 16, 16, &why));
+  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 1, 1, 1, 0, 1, 2), 16, 16, &why));
+  EXPECT_NE(why.find("grouped"), std::string::npos) << why;
+  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 1, 1, 1, 0), 8, 16, &why));
+  ConvNchwcKnobs k;
+  k.amx = true;
+  k.reg_n = 7;
+  EXPECT_THROW(kernels::conv_nchwc_check(shape(1, 32, 8, 8, 32, 3, 3, 1, 1), k, kernels::Isa::Avx512), Error);
+  EXPECT_THROW(kernels::conv_nchwc_check(shape(1, 32, 8, 8, 32, 1, 1, 1, 0), k, kernels::Isa::Avx2), Error);
+}
+
+}  // namespace
+}  // namespace dnnfusion
