@@ -25,7 +25,10 @@
 // project convs, batch 1 and 8, default knobs, in GFLOP/s and % of the peak, plus GB/s of the
 // tensors read and written once (depthwise convs are bound by those bytes, not by FMAs).
 //
-//   dnnfusion_conv_bench [THREADS=2] [gemm | winograd | mobile]
+// `dnnfusion_conv_bench THREADS amx` times ResNet-50's 1x1 layers on the direct kernel and on the
+// AMX bf16x6 GEMM (where the CPU has AMX), with each one's error and whether the pass takes AMX.
+//
+//   dnnfusion_conv_bench [THREADS=2] [gemm | winograd | mobile | amx]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,6 +50,7 @@
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16x6.h"
+#include "target/cpu/layout/use_amx_convs.h"
 #include "runtime/thread_pool.h"
 
 namespace {
@@ -536,6 +540,49 @@ void mobile_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19
     }
 }
 
+// ResNet-50's 1x1 stride-1 layers, direct kernel against the AMX bf16x6 GEMM (conv_bf16x6.h),
+// same blocks, batch 1 and 8; "taken" says whether layout/use_amx_convs would switch the layer.
+void amx_section(dnnfusion::runtime::ThreadPool& pool, std::mt19937_64& rng) {
+  if (!dnnfusion::kernels::bf16x6_available()) {
+    std::printf("# amx: this CPU or OS offers no AMX-BF16 (or DNNFUSION_AMX=0)\n");
+    return;
+  }
+  std::printf("# ResNet-50's 1x1 stride-1 convs, bias, default knobs: direct NCHW[x]c kernel vs the AMX bf16x6 GEMM, median time\n");
+  std::printf("%-20s %5s | %9s %8s | %9s %8s %6s | %8s %8s %s\n", "layer", "batch", "direct us", "GFLOP/s", "amx us",
+              "GFLOP/s", "ratio", "err dir", "err amx", "taken");
+  const int64_t layers[][3] = {{64, 64, 56},   {64, 256, 56},   {256, 64, 56},   {256, 128, 56},
+                               {128, 512, 28}, {512, 128, 28},  {512, 256, 28},  {256, 1024, 14},
+                               {1024, 256, 14}, {1024, 512, 14}, {512, 2048, 7}, {2048, 512, 7}};
+  for (int64_t n : {1, 8}) {
+    double t_dir = 0, t_amx = 0, t_taken = 0;
+    for (const auto& L : layers) {
+      const Conv2dShape s{n, L[0], L[2], L[2], L[1], 1, 1, 1, 1, 0, 0, 1, 1, 1};
+      Bench b(s, pool, rng);
+      b.reference();
+      const ConvNchwcKnobs k = dnnfusion::kernels::conv_nchwc_default_knobs(s);
+      ConvNchwcKnobs ka = k;
+      ka.amx = true;
+      double e_dir = 0, e_amx = 0;
+      const double td = b.time_nchwc(k, &e_dir), ta = b.time_nchwc(ka, &e_amx);
+      const bool taken = s.K >= dnnfusion::layout::kAmxConvMinOutChannels &&
+                         s.N * s.H * s.W >= dnnfusion::layout::kAmxConvMinRows;
+      t_dir += td;
+      t_amx += ta;
+      t_taken += taken ? ta : td;
+      char name[32];
+      std::snprintf(name, sizeof name, "%lld->%lld @%lld", static_cast<long long>(L[0]), static_cast<long long>(L[1]),
+                    static_cast<long long>(L[2]));
+      std::printf("%-20s %5lld | %9.1f %8.1f | %9.1f %8.1f %5.2fx | %8.1e %8.1e %s\n", name, static_cast<long long>(n),
+                  td * 1e6, b.flops / td * 1e-9, ta * 1e6, b.flops / ta * 1e-9, td / ta, e_dir, e_amx,
+                  taken ? "yes" : "no");
+      std::fflush(stdout);
+    }
+    std::printf("# batch %lld, the twelve layers once each: direct %.2f ms, amx %.2f ms (%.2fx), as the pass "
+                "chooses %.2f ms (%.2fx)\n", static_cast<long long>(n), t_dir * 1e3, t_amx * 1e3, t_dir / t_amx,
+                t_taken * 1e3, t_dir / t_taken);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -551,6 +598,11 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "gemm") {  // `dnnfusion_conv_bench T gemm`: the GEMM table only
     std::mt19937_64 grng(12345);
     gemm_section(pool, peak, grng);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "amx") {
+    std::mt19937_64 arng(12345);
+    amx_section(pool, arng);
     return 0;
   }
   if (argc > 2 && std::string(argv[2]) == "mobile") {

@@ -117,6 +117,26 @@ def test_tall_linear_layers_take_the_amx_gemm_with_fp32_accuracy():
     assert (y - exact).abs().max() / scale <= 4 * (eager - exact).abs().max() / scale + 1e-7
 
 
+def test_large_pointwise_convs_take_the_amx_gemm_with_fp32_accuracy():
+    # 1x1 convs with >= 128 outputs over >= 256 positions run as bf16x6 GEMMs on AMX (NCHW[x]c in
+    # and out); the 3x3 conv and the 64-output 1x1 conv stay on the direct kernel.
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Conv2d(64, 128, 1), nn.ReLU(), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(),
+                      nn.Conv2d(128, 256, 1), nn.ReLU(), nn.Conv2d(256, 64, 1)).eval()
+    x = torch.randn(2, 64, 12, 12)
+    rep = dnnfusion.explain(m, x, compare_modes=False)
+    amx = sum(r.target_counters["convs_amx"] for r in rep.regions)
+    assert amx == (2 if _cpu_offers_amx() else 0), str(rep)
+    if amx:
+        assert "1x1 on AMX (bf16x6)        : 2" in str(rep)
+    with torch.no_grad():
+        y = compiled_run(m, x).double()
+        eager = m(x).double()
+        exact = m.double()(x.double())
+    scale = exact.abs().max()
+    assert (y - exact).abs().max() / scale <= 4 * (eager - exact).abs().max() / scale + 1e-7
+
+
 def test_amx_gemm_is_switched_off_by_the_environment():
     r = run_py("""
         import torch, torch.nn as nn, dnnfusion
