@@ -98,6 +98,16 @@ def _cpu_offers_amx():
     return {"amx_tile", "amx_bf16", "avx512_bf16"} <= flags and os.environ.get("DNNFUSION_AMX") != "0"
 
 
+def _assert_as_close_as_eager(m, x):
+    """The compiled model is as close to the exact (float64) result as eager's fp32 is."""
+    with torch.no_grad():
+        y = compiled_run(m, x).double()
+        eager = m(x).double()
+        exact = m.double()(x.double())
+    scale = exact.abs().max()
+    assert (y - exact).abs().max() / scale <= 4 * (eager - exact).abs().max() / scale + 1e-7
+
+
 def test_tall_linear_layers_take_the_amx_gemm_with_fp32_accuracy():
     # GEMMs of >= 64 rows run as six bf16 products on AMX where the CPU has it (fp32 panels elsewhere):
     # either way as close to the exact result as eager's fp32.
@@ -109,12 +119,7 @@ def test_tall_linear_layers_take_the_amx_gemm_with_fp32_accuracy():
     assert amx == (3 if _cpu_offers_amx() else 0), str(rep)
     if amx:
         assert "for the AMX bf16x6 GEMM    : 3" in str(rep)
-    with torch.no_grad():
-        y = compiled_run(m, x).double()
-        eager = m(x).double()
-        exact = m.double()(x.double())
-    scale = exact.abs().max()
-    assert (y - exact).abs().max() / scale <= 4 * (eager - exact).abs().max() / scale + 1e-7
+    _assert_as_close_as_eager(m, x)
 
 
 def test_large_pointwise_convs_take_the_amx_gemm_with_fp32_accuracy():
@@ -129,12 +134,7 @@ def test_large_pointwise_convs_take_the_amx_gemm_with_fp32_accuracy():
     assert amx == (2 if _cpu_offers_amx() else 0), str(rep)
     if amx:
         assert "1x1 on AMX (bf16x6)        : 2" in str(rep)
-    with torch.no_grad():
-        y = compiled_run(m, x).double()
-        eager = m(x).double()
-        exact = m.double()(x.double())
-    scale = exact.abs().max()
-    assert (y - exact).abs().max() / scale <= 4 * (eager - exact).abs().max() / scale + 1e-7
+    _assert_as_close_as_eager(m, x)
 
 
 def test_amx_gemm_is_switched_off_by_the_environment():

@@ -11,6 +11,7 @@
 #include <new>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/prefetch_share.h"
 
@@ -19,29 +20,8 @@ namespace gemm_detail {
 namespace {
 
 // Packing buffers live per thread and only grow: a GEMM per layer must not hit the allocator.
-struct AlignedBuffer {
-  float* ptr = nullptr;
-  size_t cap = 0;  // floats
-  AlignedBuffer() = default;
-  AlignedBuffer(const AlignedBuffer&) = delete;
-  AlignedBuffer& operator=(const AlignedBuffer&) = delete;
-  ~AlignedBuffer() { std::free(ptr); }
-  float* get(size_t n) {
-    if (n > cap) {
-      std::free(ptr);
-      ptr = nullptr;
-      cap = 0;
-      size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-      ptr = static_cast<float*>(std::aligned_alloc(64, bytes));
-      if (ptr == nullptr) throw std::bad_alloc();
-      cap = bytes / sizeof(float);
-    }
-    return ptr;
-  }
-};
-
-thread_local AlignedBuffer tl_pack_a;
-thread_local AlignedBuffer tl_pack_b;
+thread_local AlignedBuffer<float> tl_pack_a;
+thread_local AlignedBuffer<float> tl_pack_b;
 
 inline float activate(float v, Activation act) {
   // Written so that NaN passes through unchanged, as torch.relu / hardtanh do.

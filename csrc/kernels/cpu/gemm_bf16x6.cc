@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm_bf16x6_ukernel.h"
 
@@ -119,29 +120,10 @@ float activate(float v, Activation act) {
   return v;
 }
 
-struct PackBuffer {
-  uint16_t* ptr = nullptr;
-  size_t cap = 0;
-  PackBuffer() = default;
-  PackBuffer(const PackBuffer&) = delete;
-  PackBuffer& operator=(const PackBuffer&) = delete;
-  ~PackBuffer() { std::free(ptr); }
-  uint16_t* get(size_t n) {
-    if (n > cap) {
-      std::free(ptr);
-      const size_t bytes = (n * sizeof(uint16_t) + 63) / 64 * 64;
-      ptr = static_cast<uint16_t*>(std::aligned_alloc(64, bytes));
-      if (ptr == nullptr) throw std::bad_alloc();
-      cap = bytes / sizeof(uint16_t);
-    }
-    return ptr;
-  }
-};
-
-thread_local PackBuffer tl_pack_a;
-thread_local PackBuffer tl_partial;   // floats stored as pairs of uint16_t
-thread_local PackBuffer tl_gather;    // floats stored as pairs of uint16_t
-thread_local PackBuffer tl_shared_a;  // on the calling thread: all of A, read by every worker
+thread_local AlignedBuffer<uint16_t> tl_pack_a;
+thread_local AlignedBuffer<uint16_t> tl_partial;   // floats stored as pairs of uint16_t
+thread_local AlignedBuffer<uint16_t> tl_gather;    // floats stored as pairs of uint16_t
+thread_local AlignedBuffer<uint16_t> tl_shared_a;  // on the calling thread: all of A, read by every worker
 
 // The tile configuration for a run of blocks on this thread, released however the run ends.
 struct TileScope {
@@ -321,15 +303,20 @@ void bf16x6_pack_b(int64_t K, int64_t N, MatrixView B, float* dst) {
   uint16_t* out = reinterpret_cast<uint16_t*>(dst + kHeaderFloats);
   const int64_t steps = steps_of(K);
   uint32_t non_finite = 0;
-  for (int64_t k = 0; k < K; ++k)
+  // b_offset(k, n) = b_offset(k, 0) + b_offset(0, n): the two parts once each, not a division
+  // chain per value (a bert-base is 85 M of them).
+  std::vector<int64_t> col(static_cast<size_t>(N));
+  for (int64_t n = 0; n < N; ++n) col[n] = b_offset(steps, 0, n);
+  for (int64_t k = 0; k < K; ++k) {
+    uint16_t* row = out + b_offset(steps, k, 0);
     for (int64_t n = 0; n < N; ++n) {
       const float x = B.data[k * B.rs + n * B.cs];
       non_finite |= !std::isfinite(x);
       uint16_t t[3];
       split_bits(x, t);
-      const int64_t o = b_offset(steps, k, n);
-      for (int q = 0; q < 3; ++q) out[o + q * kPlaneElems] = t[q];
+      for (int q = 0; q < 3; ++q) row[col[n] + q * kPlaneElems] = t[q];
     }
+  }
   std::memcpy(dst, &non_finite, sizeof(non_finite));
 }
 
