@@ -209,9 +209,13 @@ void run_blocks(const Operands& op, const uint16_t* Bp, const Blocking& bk, bool
         for (int64_t rb = g0; rb < g1; ++rb) {
           const int rows = static_cast<int>(std::min<int64_t>(kBlock, op.M - rb * kBlock));
           float* acc = partial ? partial + ((rb - g0) * ncb + (cb - cb0)) * kBlock * kBlock : local;
-          const bool prefetch = rb == g0 && cb + 1 < cb1;
+          // Each row block of the group fetches its share of the next B block's chunk.
+          const int64_t lines = cb + 1 < cb1 ? sc * kStepElems * 2 / 64 : 0;
+          const int64_t share = (lines + (g1 - g0) - 1) / (g1 - g0), first = std::min(lines, (rb - g0) * share);
           if (finite[rb - g0])
-            bf16x6_detail::amx_block(a_block(rb), b, sc, rows, c > 0, acc, prefetch ? b + block_elems : nullptr);
+            bf16x6_detail::amx_block(a_block(rb), b, sc, rows, c > 0, acc,
+                                     reinterpret_cast<const char*>(b + block_elems) + 64 * first,
+                                     std::min(share, lines - first));
           else if (last)
             scalar_block(op, Bp, bk.steps, rb * kBlock, rows, cb * kBlock, cols, acc);
           if (last) op.finish(acc, rb * kBlock, rows, cb * kBlock, cols);

@@ -150,7 +150,7 @@ void amx_configure() {
 void amx_release() { _tile_release(); }
 
 void amx_block(const uint16_t* Ap, const uint16_t* Bp, int64_t steps, int rows, bool accumulate, float* acc,
-               const uint16_t* prefetch) {
+               const char* prefetch, int64_t prefetch_lines) {
   constexpr int64_t kAccStride = kBlock * sizeof(float);
   if (accumulate) {
     _tile_loadd(0, acc, kAccStride);
@@ -168,10 +168,11 @@ void amx_block(const uint16_t* Ap, const uint16_t* Bp, int64_t steps, int rows, 
   // Per step: hi*hi, hi*mid, hi*lo, mid*mid, mid*hi, lo*hi (the three dropped products are below
   // 2^-23 of |a||b|, under one fp32 rounding).
   // A step of B is 6 KiB: 96 lines, fetched while the step's 24 tile products run.
+  // prefetch_lines lines spread evenly over the steps.
+  const int64_t per_step = steps > 0 ? (prefetch_lines + steps - 1) / steps : 0;
   auto fetch_step = [&](int64_t s) __attribute__((always_inline)) {
-    if (prefetch == nullptr) return;
-    const char* line = reinterpret_cast<const char*>(prefetch + s * kStepElems);
-    for (int l = 0; l < kStepElems * 2 / 64; ++l) _mm_prefetch(line + 64 * l, _MM_HINT_T1);
+    const int64_t first = s * per_step, last = first + per_step < prefetch_lines ? first + per_step : prefetch_lines;
+    for (int64_t l = first; l < last; ++l) _mm_prefetch(prefetch + 64 * l, _MM_HINT_T1);
   };
   if (rows > 16) {
     for (int64_t s = 0; s < steps; ++s, Ap += kStepElems, Bp += kStepElems) {

@@ -32,10 +32,10 @@ void amx_release();
 
 // acc (32 x 32 floats, row-major, 64-byte aligned) = (accumulate ? acc : 0) + the six products of
 // one packed A block and one packed B block over `steps` k steps; rows <= 16 leaves acc's lower
-// half untouched. prefetch (or null): the next B block, as many steps of it as this one reads,
-// brought into L2 a step at a time.
+// half untouched. prefetch_lines 64-byte lines from prefetch (0: none) are brought into L2, spread
+// over the steps: the caller's share of the next B block.
 void amx_block(const uint16_t* Ap, const uint16_t* Bp, int64_t steps, int rows, bool accumulate, float* acc,
-               const uint16_t* prefetch);
+               const char* prefetch, int64_t prefetch_lines);
 
 // C rows [0, rows) x columns [0, cols) (rows ldc apart) = act(alpha * acc + beta * C + bias), with
 // bias = row_bias[r] or col_bias[j] (either may be null; both null: no bias); act 0 none,
