@@ -107,7 +107,7 @@ TEST(Bf16x6, ReferenceKeepsFp32Accuracy) {
     const auto A = structured ? three_term_values(M * K) : testing::random_vec(rng, M * K);
     const auto B = structured ? three_term_values(K * N) : testing::random_vec(rng, K * N);
     std::vector<float> C(M * N);
-    kernels::sgemm_bf16x6_reference(M, N, K, {A.data(), K, 1}, {B.data(), N, 1}, C.data(), N, {});
+    kernels::sgemm_bf16x6_reference(M, N, K, {A.data(), K, 1}, {B.data(), N, 1}, C.data(), N);
     std::vector<double> exact, scale;
     exact_gemm(M, N, K, A, B, &exact, &scale);
     // Summed exactly, only the dropped products (< 2^-23 of the scale together) and the final

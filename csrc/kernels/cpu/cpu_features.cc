@@ -86,6 +86,20 @@ const char* isa_name(Isa isa) {
   return "unknown";
 }
 
+bool cpu_has_amx_bf16() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, a, b, c, d);
+  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
+  __cpuid_count(7, 1, a, b, c, d);
+  const bool avx512_bf16 = a & (1u << 5);
+  if (!amx_bf16 || !amx_tile || !avx512_bf16) return false;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & (3u << 17)) == (3u << 17);  // XTILECFG and XTILEDATA enabled by the OS
+}
+
 const CpuId& cpu_id() {
   static const CpuId id = [] {
     CpuId r;

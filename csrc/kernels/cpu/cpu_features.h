@@ -32,5 +32,8 @@ struct CpuId {
   unsigned family = 0, model = 0;
 };
 const CpuId& cpu_id();
+// AMX-TILE + AMX-BF16 + AVX512-BF16 in cpuid and the tile state enabled by the OS in XCR0 (the
+// process must still request it from Linux before its first tile instruction: gemm_bf16x6).
+bool cpu_has_amx_bf16();
 
 }  // namespace dnnfusion::kernels

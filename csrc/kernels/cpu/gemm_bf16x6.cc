@@ -3,8 +3,6 @@
 // with inf or NaN).
 #include "kernels/cpu/gemm_bf16x6.h"
 
-#include <cpuid.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -34,25 +32,11 @@ constexpr int64_t kMaxGroup = 32;
 constexpr int64_t kRowSplitBlocks = 4;
 constexpr int64_t kChunkSteps = 24;  // k values of A packed at once: up to 768
 
-bool hardware_has_amx() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return false;  // OSXSAVE
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(7, 0, a, b, c, d);
-  const bool amx_bf16 = d & (1u << 22), amx_tile = d & (1u << 24);
-  __cpuid_count(7, 1, a, b, c, d);
-  const bool avx512_bf16 = a & (1u << 5);
-  if (!amx_bf16 || !amx_tile || !avx512_bf16) return false;
-  unsigned lo = 0, hi = 0;
-  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (lo & (3u << 17)) == (3u << 17);  // XTILECFG and XTILEDATA enabled by the OS
-}
-
 bool amx_usable() {
   static const bool ok = [] {
     const char* env = std::getenv("DNNFUSION_AMX");
     if (env != nullptr && std::strcmp(env, "0") == 0) return false;
-    return best_isa() == Isa::Avx512 && hardware_has_amx() && bf16x6_detail::amx_request_permission();
+    return best_isa() == Isa::Avx512 && cpu_has_amx_bf16() && bf16x6_detail::amx_request_permission();
   }();
   return ok;
 }
@@ -69,7 +53,8 @@ float float_of(uint32_t u) {
   return x;
 }
 
-// Same rounding as the AMX file's: nearest even, truncation where that would overflow.
+// Nearest even, as the AMX file's conversion instruction rounds; where that would overflow to
+// inf, truncation (the remainder then carries the rest, so the split stays exact).
 uint32_t bf16_round(uint32_t u) {
   const uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
   return (r & 0x7f800000u) == 0x7f800000u ? (u & 0xffff0000u) : r;
@@ -111,18 +96,9 @@ float b_value(const uint16_t* Bp, int64_t steps, int64_t k, int64_t n) {
   return widen(Bp[o]) + widen(Bp[o + kPlaneElems]) + widen(Bp[o + 2 * kPlaneElems]);
 }
 
-float activate(float v, Activation act) {
-  switch (act) {
-    case Activation::None: return v;
-    case Activation::Relu: return v < 0.f ? 0.f : v;
-    case Activation::Relu6: return v < 0.f ? 0.f : (v > 6.f ? 6.f : v);
-  }
-  return v;
-}
-
 thread_local AlignedBuffer<uint16_t> tl_pack_a;
-thread_local AlignedBuffer<uint16_t> tl_partial;   // floats stored as pairs of uint16_t
-thread_local AlignedBuffer<uint16_t> tl_gather;    // floats stored as pairs of uint16_t
+thread_local AlignedBuffer<float> tl_partial;
+thread_local AlignedBuffer<float> tl_gather;
 thread_local AlignedBuffer<uint16_t> tl_shared_a;  // on the calling thread: all of A, read by every worker
 
 // The tile configuration for a run of blocks on this thread, released however the run ends.
@@ -172,8 +148,8 @@ struct SharedA {
 
 // Row blocks [rb0, rb1) x column blocks [cb0, cb1). A is packed a group of row blocks and a chunk
 // of k at a time (or taken from `shared`), and each B block meets every row block of the group
-// while it is in L1/L2: B streams from memory once per group, not once per row block. The first
-// row block of a group brings the next B block into L2 as it goes. With chunked K, a group's
+// while it is in L1/L2: B streams from memory once per group, not once per row block. Each row
+// block of a group brings its share of the next B block into L2 as it goes. With chunked K, a group's
 // partial sums wait in a per-thread buffer. Column blocks are finished in ascending order per
 // row block.
 void run_blocks(const Operands& op, const uint16_t* Bp, const Blocking& bk, bool b_finite, int64_t rb0, int64_t rb1,
@@ -182,9 +158,7 @@ void run_blocks(const Operands& op, const uint16_t* Bp, const Blocking& bk, bool
   const int64_t ncb = cb1 - cb0;
   const int64_t group = shared ? std::min<int64_t>(rb1 - rb0, kMaxGroup) : bk.group;
   uint16_t* own = shared ? nullptr : tl_pack_a.get(static_cast<size_t>(group * bk.chunk_elems));
-  float* partial = bk.chunks > 1
-                       ? reinterpret_cast<float*>(tl_partial.get(static_cast<size_t>(group * ncb * kBlock * kBlock * 2)))
-                       : nullptr;
+  float* partial = bk.chunks > 1 ? tl_partial.get(static_cast<size_t>(group * ncb * kBlock * kBlock)) : nullptr;
   alignas(64) float local[kBlock * kBlock];
   const TileScope tiles;
   bool finite[kMaxGroup];
@@ -237,7 +211,7 @@ struct MatrixOperands final : Operands {
     const float* src = A.data + i0 * A.rs + k0 * A.cs;
     if (A.cs == 1 || kc <= 1) return bf16x6_detail::amx_pack_a_block(src, A.rs, rows, kc, dst);
     // A strided view (a transposed activation): its rows gathered into contiguous ones first.
-    float* rowbuf = reinterpret_cast<float*>(tl_gather.get(static_cast<size_t>(rows * kc * 2)));
+    float* rowbuf = tl_gather.get(static_cast<size_t>(rows * kc));
     for (int r = 0; r < rows; ++r)
       for (int64_t k = 0; k < kc; ++k) rowbuf[r * kc + k] = src[r * A.rs + k * A.cs];
     return bf16x6_detail::amx_pack_a_block(rowbuf, kc, rows, kc, dst);
@@ -348,8 +322,7 @@ void bf16x6_split(float x, float parts[3]) {
   for (int q = 0; q < 3; ++q) parts[q] = widen(t[q]);
 }
 
-void sgemm_bf16x6_reference(int64_t M, int64_t N, int64_t K, MatrixView A, MatrixView B, float* C, int64_t ldc,
-                            const GemmEpilogue& ep) {
+void sgemm_bf16x6_reference(int64_t M, int64_t N, int64_t K, MatrixView A, MatrixView B, float* C, int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double s = 0;  // exact sums: what remains is the dropped products' error
@@ -360,11 +333,7 @@ void sgemm_bf16x6_reference(int64_t M, int64_t N, int64_t K, MatrixView A, Matri
         s += static_cast<double>(a[0]) * b[0] + static_cast<double>(a[0]) * b[1] + static_cast<double>(a[0]) * b[2] +
              static_cast<double>(a[1]) * b[1] + static_cast<double>(a[1]) * b[0] + static_cast<double>(a[2]) * b[0];
       }
-      float v = ep.alpha * static_cast<float>(s);
-      if (ep.beta != 0.f) v += ep.beta * C[i * ldc + j];
-      if (ep.bias_mode == GemmEpilogue::Bias::PerRow) v += ep.bias[i];
-      if (ep.bias_mode == GemmEpilogue::Bias::PerCol) v += ep.bias[j];
-      C[i * ldc + j] = activate(v, ep.act);
+      C[i * ldc + j] = static_cast<float>(s);
     }
 }
 

@@ -32,11 +32,9 @@ void sgemm_bf16x6_packed_b(int64_t M, int64_t N, int64_t K, MatrixView A, const 
                            int64_t ldc, const GemmEpilogue& ep, const Parallel& par,
                            const ElementHook* epilogue = nullptr);
 
-// The same six products, scalar, for tests: C = act(alpha * sum_k sum_{i+j<=2} a_i(k) b_j(k) + bias),
-// the sum taken in double and rounded once, so that its error is the dropped products' alone.
-// Any CPU.
-void sgemm_bf16x6_reference(int64_t M, int64_t N, int64_t K, MatrixView A, MatrixView B, float* C, int64_t ldc,
-                            const GemmEpilogue& ep);
+// The same six products, scalar, for tests: C = sum_k sum_{i+j<=2} a_i(k) b_j(k), the sum taken in
+// double and rounded once, so that its error is the dropped products' alone. Any CPU.
+void sgemm_bf16x6_reference(int64_t M, int64_t N, int64_t K, MatrixView A, MatrixView B, float* C, int64_t ldc);
 
 // The exact three-term split of one float (hi, mid, lo as fp32 values); exposed for tests.
 void bf16x6_split(float x, float parts[3]);

@@ -21,8 +21,8 @@ constexpr int64_t kStepElems = 3 * 2 * 16 * 32;  // bf16 per step of one packed 
 
 // Splits rows [0, rows) x k [0, K) of A (rows rs apart, unit column stride) into the packed
 // A layout of one block (rows < 32; the rest zero). Returns false if any value read is not
-// finite (inf or NaN): the six products cannot reproduce inf * x, so the caller must not use
-// the block.
+// finite (inf or NaN), or so large that its first term rounds to inf: the six products cannot
+// reproduce inf * x, so the caller must not use the block.
 bool amx_pack_a_block(const float* A, int64_t rs, int rows, int64_t K, uint16_t* dst);
 
 // Loads the tile configuration amx_block uses; amx_release() frees the tile state again. Both on

@@ -38,9 +38,10 @@ int packable(const Graph& g, const std::vector<char>& is_const, const Node& n) {
   return static_cast<int>(x);
 }
 
-}  // namespace
-
+// Whether a GEMM of M rows gets the bf16x6 packing on this machine.
 bool packs_bf16x6(int64_t M) { return M >= kBf16x6MinRows && kernels::bf16x6_available(); }
+
+}  // namespace
 
 Graph pack_gemm_weights(const Graph& g, int* packed, int* bf16x6_count) {
   const auto is_const = rewrite::compile_time_values(g);

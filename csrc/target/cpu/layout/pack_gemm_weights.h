@@ -23,8 +23,6 @@ inline constexpr const char* kBf16x6Packing = "bf16x6";
 // packed weight costs more than the products gain (measured: 8 x 1000 x 1280 0.55x of fp32,
 // 64 rows 1.05x, 128 rows 1.1-1.45x, 1024 rows 1.6-1.8x).
 inline constexpr int64_t kBf16x6MinRows = 64;
-// Whether a GEMM of M rows gets the bf16x6 packing on this machine.
-bool packs_bf16x6(int64_t M);
 
 // `packed` (optional) receives the number of GEMMs rewritten, `bf16x6` how many of them took the
 // bf16x6 packing.
