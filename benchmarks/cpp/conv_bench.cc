@@ -25,8 +25,9 @@
 // project convs, batch 1 and 8, default knobs, in GFLOP/s and % of the peak, plus GB/s of the
 // tensors read and written once (depthwise convs are bound by those bytes, not by FMAs).
 //
-// `dnnfusion_conv_bench THREADS amx` times ResNet-50's 1x1 layers on the direct kernel and on the
-// AMX bf16x6 GEMM (where the CPU has AMX), with each one's error and whether the pass takes AMX.
+// `dnnfusion_conv_bench THREADS amx` times ResNet-50's direct convs (1x1, strided 1x1 and 3x3) on the
+// direct kernel and on the AMX bf16x6 GEMM (where the CPU has AMX), with each one's error and
+// whether the pass takes AMX.
 //
 //   dnnfusion_conv_bench [THREADS=2] [gemm | winograd | mobile | amx]
 #include <algorithm>
@@ -540,23 +541,32 @@ void mobile_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19
     }
 }
 
-// ResNet-50's 1x1 stride-1 layers, direct kernel against the AMX bf16x6 GEMM (conv_bf16x6.h),
+// ResNet-50's direct (not Winograd) convs, direct kernel against the AMX bf16x6 GEMM
+// (conv_bf16x6.h: 1x1 stride-1 rows in place, the others as implicit GEMMs over gathered taps),
 // same blocks, batch 1 and 8; "taken" says whether layout/use_amx_convs would switch the layer.
 void amx_section(dnnfusion::runtime::ThreadPool& pool, std::mt19937_64& rng) {
   if (!dnnfusion::kernels::bf16x6_available()) {
     std::printf("# amx: this CPU or OS offers no AMX-BF16 (or DNNFUSION_AMX=0)\n");
     return;
   }
-  std::printf("# ResNet-50's 1x1 stride-1 convs, bias, default knobs: direct NCHW[x]c kernel vs the AMX bf16x6 GEMM, median time\n");
-  std::printf("%-20s %5s | %9s %8s | %9s %8s %6s | %8s %8s %s\n", "layer", "batch", "direct us", "GFLOP/s", "amx us",
+  std::printf("# ResNet-50's direct convs, bias, default knobs: direct NCHW[x]c kernel vs the AMX bf16x6 GEMM, median time\n");
+  std::printf("%-24s %5s | %9s %8s | %9s %8s %6s | %8s %8s %s\n", "layer", "batch", "direct us", "GFLOP/s", "amx us",
               "GFLOP/s", "ratio", "err dir", "err amx", "taken");
-  const int64_t layers[][3] = {{64, 64, 56},   {64, 256, 56},   {256, 64, 56},   {256, 128, 56},
-                               {128, 512, 28}, {512, 128, 28},  {512, 256, 28},  {256, 1024, 14},
-                               {1024, 256, 14}, {1024, 512, 14}, {512, 2048, 7}, {2048, 512, 7}};
+  const Layer layers[] = {
+      {"1x1 64->64 @56", conv(64, 56, 64, 1, 1, 0)},         {"1x1 64->256 @56", conv(64, 56, 256, 1, 1, 0)},
+      {"1x1 256->64 @56", conv(256, 56, 64, 1, 1, 0)},       {"1x1 256->128 @56", conv(256, 56, 128, 1, 1, 0)},
+      {"1x1 128->512 @28", conv(128, 28, 512, 1, 1, 0)},     {"1x1 512->128 @28", conv(512, 28, 128, 1, 1, 0)},
+      {"1x1 512->256 @28", conv(512, 28, 256, 1, 1, 0)},     {"1x1 256->1024 @14", conv(256, 14, 1024, 1, 1, 0)},
+      {"1x1 1024->256 @14", conv(1024, 14, 256, 1, 1, 0)},   {"1x1 1024->512 @14", conv(1024, 14, 512, 1, 1, 0)},
+      {"1x1 512->2048 @7", conv(512, 7, 2048, 1, 1, 0)},     {"1x1 2048->512 @7", conv(2048, 7, 512, 1, 1, 0)},
+      {"3x3/2 128 @56", conv(128, 56, 128, 3, 2, 1)},        {"3x3/2 256 @28", conv(256, 28, 256, 3, 2, 1)},
+      {"3x3/2 512 @14", conv(512, 14, 512, 3, 2, 1)},        {"1x1/2 256->512 @56", conv(256, 56, 512, 1, 2, 0)},
+      {"1x1/2 512->1024 @28", conv(512, 28, 1024, 1, 2, 0)}, {"1x1/2 1024->2048 @14", conv(1024, 14, 2048, 1, 2, 0)},
+  };
   for (int64_t n : {1, 8}) {
     double t_dir = 0, t_amx = 0, t_taken = 0;
     for (const auto& L : layers) {
-      const Conv2dShape s{n, L[0], L[2], L[2], L[1], 1, 1, 1, 1, 0, 0, 1, 1, 1};
+      const Conv2dShape s = batched(L.s, n);
       Bench b(s, pool, rng);
       b.reference();
       const ConvNchwcKnobs k = dnnfusion::kernels::conv_nchwc_default_knobs(s);
@@ -564,20 +574,16 @@ void amx_section(dnnfusion::runtime::ThreadPool& pool, std::mt19937_64& rng) {
       ka.amx = true;
       double e_dir = 0, e_amx = 0;
       const double td = b.time_nchwc(k, &e_dir), ta = b.time_nchwc(ka, &e_amx);
-      const bool taken = s.K >= dnnfusion::layout::kAmxConvMinOutChannels &&
-                         s.N * s.H * s.W >= dnnfusion::layout::kAmxConvMinRows;
+      const bool taken = dnnfusion::layout::amx_conv_pays_off(s);
       t_dir += td;
       t_amx += ta;
       t_taken += taken ? ta : td;
-      char name[32];
-      std::snprintf(name, sizeof name, "%lld->%lld @%lld", static_cast<long long>(L[0]), static_cast<long long>(L[1]),
-                    static_cast<long long>(L[2]));
-      std::printf("%-20s %5lld | %9.1f %8.1f | %9.1f %8.1f %5.2fx | %8.1e %8.1e %s\n", name, static_cast<long long>(n),
-                  td * 1e6, b.flops / td * 1e-9, ta * 1e6, b.flops / ta * 1e-9, td / ta, e_dir, e_amx,
-                  taken ? "yes" : "no");
+      std::printf("%-24s %5lld | %9.1f %8.1f | %9.1f %8.1f %5.2fx | %8.1e %8.1e %s\n", L.name,
+                  static_cast<long long>(n), td * 1e6, b.flops / td * 1e-9, ta * 1e6, b.flops / ta * 1e-9, td / ta,
+                  e_dir, e_amx, taken ? "yes" : "no");
       std::fflush(stdout);
     }
-    std::printf("# batch %lld, the twelve layers once each: direct %.2f ms, amx %.2f ms (%.2fx), as the pass "
+    std::printf("# batch %lld, the layers once each: direct %.2f ms, amx %.2f ms (%.2fx), as the pass "
                 "chooses %.2f ms (%.2fx)\n", static_cast<long long>(n), t_dir * 1e3, t_amx * 1e3, t_dir / t_amx,
                 t_taken * 1e3, t_dir / t_taken);
   }

@@ -1,8 +1,11 @@
-// 1x1 convolutions over NCHW[x]c on AMX (conv_bf16x6.h, reached through conv2d_nchwc with
-// knobs.amx) against the NCHW reference: channel blocks of 16/32/64 lanes on either side, padded
-// input and output blocks (poisoned input lanes), several images whose positions share a 32-row
-// block, bias, residual (separate and in place), activations, the epilogue hook (every element
-// once, runs inside one image), serial and two threads. Skips where the CPU has no AMX.
+// Convolutions over NCHW[x]c on AMX (conv_bf16x6.h, reached through conv2d_nchwc with
+// knobs.amx) against the NCHW reference: 1x1 stride-1 rows read in place, and the implicit GEMM
+// over gathered taps (3x3, 7x7, 1x3, strides 1-3, padding, dilation, taps wholly outside small
+// images, channel counts that are not multiples of 16); channel blocks of 16/32/64 lanes on
+// either side, padded input and output blocks (poisoned input lanes), several images whose
+// positions share a 32-row block, bias, residual (separate and in place), activations, the
+// epilogue hook (every element once, runs inside one image), serial and two threads. Skips where
+// the CPU has no AMX.
 #include <gtest/gtest.h>
 
 #include "common/error.h"
@@ -58,18 +61,56 @@ TEST_F(ConvBf16x6, MatchesTheReference) {
   }
 }
 
+TEST_F(ConvBf16x6, GatheredTapsMatchTheReference) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 72);
+  kernels::SerialParallel serial;
+  testing::ThreadParallel two(2);
+  struct Case {
+    int64_t N, C, H, W, K, R, S, stride, pad, dil;
+    int icb, ocb;
+  };
+  // ResNet's stride-2 3x3 and 1x1 layers (scaled down), a stem-like 7x7, a 1x3, dilation, a
+  // padding wider than the image, long K (chunked), C not a multiple of 16.
+  const Case cases[] = {{2, 64, 14, 14, 64, 3, 3, 2, 1, 1, 16, 32},   {1, 128, 9, 9, 96, 3, 3, 1, 1, 1, 64, 64},
+                        {3, 48, 8, 8, 40, 1, 1, 2, 0, 1, 16, 16},     {1, 32, 23, 23, 64, 7, 7, 2, 3, 1, 32, 64},
+                        {2, 40, 6, 10, 33, 1, 3, 1, 1, 1, 16, 16},    {1, 64, 12, 12, 48, 3, 3, 1, 2, 2, 32, 16},
+                        {2, 16, 3, 3, 32, 5, 5, 3, 4, 1, 16, 32},     {1, 300, 6, 6, 70, 3, 3, 1, 1, 1, 32, 32}};
+  int t = 0;
+  for (const Case& c : cases) {
+    ConvNchwcKnobs k;
+    k.ic_bn = c.icb;
+    k.oc_bn = c.ocb;
+    k.reg_n = 7;
+    k.amx = true;
+    const auto s = shape(c.N, c.C, c.H, c.W, c.K, c.R, c.S, c.stride, c.pad, c.dil);
+    for (const kernels::Parallel* par : {static_cast<const kernels::Parallel*>(&serial),
+                                         static_cast<const kernels::Parallel*>(&two)}) {
+      conv_test::Options o;
+      o.bias = t % 2 == 1;
+      o.residual = t % 3 == 0;
+      o.in_place_residual = t % 6 == 3;
+      o.hook = t % 4 == 2;
+      o.act = static_cast<Activation>(t % 3);
+      ++t;
+      conv_test::check(rng, s, k, kernels::Isa::Avx512, *par, o);
+    }
+  }
+}
+
 TEST_F(ConvBf16x6, RefusesWhatItDoesNotCover) {
   std::string why;
-  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 3, 3, 1, 1), 16, 16, &why));
-  EXPECT_NE(why.find("1x1"), std::string::npos) << why;
-  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 1, 1, 2, 0), 16, 16, &why));
+  EXPECT_TRUE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 3, 3, 2, 1), 16, 16, &why)) << why;
   EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 1, 1, 1, 0, 1, 2), 16, 16, &why));
   EXPECT_NE(why.find("grouped"), std::string::npos) << why;
-  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 1, 1, 1, 0), 8, 16, &why));
+  EXPECT_FALSE(kernels::conv_bf16x6_supported(shape(1, 32, 8, 8, 32, 3, 3, 1, 1), 8, 16, &why));
+  EXPECT_NE(why.find("16 lanes"), std::string::npos) << why;
   ConvNchwcKnobs k;
   k.amx = true;
   k.reg_n = 7;
+  k.ic_bn = 8;
   EXPECT_THROW(kernels::conv_nchwc_check(shape(1, 32, 8, 8, 32, 3, 3, 1, 1), k, kernels::Isa::Avx512), Error);
+  k.ic_bn = 16;
   EXPECT_THROW(kernels::conv_nchwc_check(shape(1, 32, 8, 8, 32, 1, 1, 1, 0), k, kernels::Isa::Avx2), Error);
 }
 

@@ -1,7 +1,10 @@
-// 1x1 convolutions over NCHW[x]c as fp32-accurate GEMMs on AMX (the bf16x6 product of
-// gemm_bf16x6.h): a 1x1, stride-1, unpadded conv with groups == 1 is Y[position, k] =
-// sum_c X[position, c] W[k, c], whose rows (positions of every image) and columns (channels) the
-// product reads and writes straight from and into the blocked layouts.
+// Convolutions over NCHW[x]c as fp32-accurate GEMMs on AMX (the bf16x6 product of gemm_bf16x6.h):
+// with groups == 1, Y[position, k] = sum over taps t and channels c of X[window(position, t), c]
+// W[k, c, t]. Rows are the output positions of every image, columns the output channels, both read
+// and written straight from and into the blocked layouts. A 1x1 stride-1 unpadded conv reads its
+// rows as they lie (K = C); any other kernel, stride, padding or dilation gathers each row's taps
+// as it splits them (an implicit GEMM, K = R*S*Cp with Cp = C rounded up to 16 lanes, taps outside
+// the image read as 0), so no im2col copy is ever made.
 // Preconditions: bf16x6_available(); conv_bf16x6_supported(s, ic_bn, oc_bn); packed_w from
 // conv_bf16x6_pack_weight for s. Postconditions as conv2d_nchwc (conv_nchwc.h): y = act(conv +
 // bias + residual) with padded channels 0 (before the epilogue hook); the hook is called once per
@@ -16,13 +19,12 @@
 
 namespace dnnfusion::kernels {
 
-// Pointwise (1x1, stride 1, no padding, dilation irrelevant), groups == 1, channel blocks that
-// are multiples of 16 lanes (AMX rows are 32 channels; a block of 64 output lanes spans two
-// column blocks). Otherwise false with the reason in *why.
+// groups == 1 and channel blocks that are multiples of 16 lanes (AMX rows are 32 channels; a
+// block of 64 output lanes spans two column blocks). Otherwise false with the reason in *why.
 bool conv_bf16x6_supported(const Conv2dShape& s, int ic_bn, int oc_bn, std::string* why = nullptr);
 
 int64_t conv_bf16x6_packed_weight_floats(const Conv2dShape& s);
-// w_kcrs: PyTorch weight [K][C][1][1]. Portable (any CPU).
+// w_kcrs: PyTorch weight [K][C][R][S]. Portable (any CPU).
 void conv_bf16x6_pack_weight(const Conv2dShape& s, const float* w_kcrs, float* out);
 
 // The same packing from a weight already packed for the direct kernel (conv_nchwc_pack_weight with

@@ -106,6 +106,53 @@ bool amx_pack_a_nchwc(const NchwcView& x, int64_t i0, int rows, int64_t c0, int6
   return !bad;
 }
 
+bool amx_pack_a_conv(const ConvTapsView& x, int64_t i0, int rows, int64_t k0, int64_t kc, uint16_t* dst) {
+  constexpr int64_t kMaxSteps = 32;  // the tables below; the driver packs at most 24 steps at once
+  if (kc > kMaxSteps * kStep) {
+    const bool head = amx_pack_a_conv(x, i0, rows, k0, kMaxSteps * kStep, dst);
+    const bool tail = amx_pack_a_conv(x, i0, rows, k0 + kMaxSteps * kStep, kc - kMaxSteps * kStep,
+                                      dst + kMaxSteps * kStepElems);
+    return head && tail;
+  }
+  const int64_t steps = (kc + kStep - 1) / kStep, plane = x.H * x.W * x.b;
+  // Per 16-lane half of the chunk, once per call: its tap's displacement, its channel run's offset
+  // and its real lanes; the rows then only add their own window origin.
+  int64_t dy[2 * kMaxSteps], dx[2 * kMaxSteps], off[2 * kMaxSteps];
+  __mmask16 real[2 * kMaxSteps];
+  for (int64_t h = 0; h < 2 * steps; ++h) {
+    const int64_t k = k0 + 16 * h, tap = k / x.Cp, c = k % x.Cp;
+    const int64_t in_chunk = kc - 16 * h, in_channels = x.channels - c;
+    real[h] = lanes(in_chunk < in_channels ? in_chunk : in_channels);
+    dy[h] = (tap / x.S) * x.dil_h;
+    dx[h] = (tap % x.S) * x.dil_w;
+    off[h] = (c / x.b) * plane + c % x.b;
+  }
+  bool bad = false;
+  const int64_t per_image = x.OH * x.OW;
+  int64_t n = i0 / per_image, oh = i0 % per_image / x.OW, ow = i0 % x.OW;  // then stepped per row
+  for (int r = 0; r < kBlock; ++r) {
+    uint16_t* row = packed_row(dst, r);
+    const float* image = x.data + n * x.nb * plane;
+    const int64_t ih0 = oh * x.stride_h - x.pad_h, iw0 = ow * x.stride_w - x.pad_w;
+    for (int64_t s = 0; s < steps; ++s) {
+      const float* src[2];
+      __mmask16 m[2];
+      for (int half = 0; half < 2; ++half) {
+        const int64_t h = 2 * s + half, ih = ih0 + dy[h], iw = iw0 + dx[h];
+        const bool inside = r < rows && ih >= 0 && ih < x.H && iw >= 0 && iw < x.W;
+        m[half] = inside ? real[h] : 0;
+        src[half] = m[half] ? image + off[h] + (ih * x.W + iw) * x.b : x.data;
+      }
+      bad |= pack_step(src[0], m[0], src[1], m[1], row + s * kStepElems);
+    }
+    if (r < rows && ++ow == x.OW) {
+      ow = 0;
+      if (++oh == x.OH) oh = 0, ++n;
+    }
+  }
+  return !bad;
+}
+
 void amx_finish_nchwc(const float* acc, int rows, int64_t i0, int64_t j0, const float* bias, const float* residual,
                       int act, const NchwcView& y) {
   const __m512 zero = _mm512_setzero_ps(), six = _mm512_set1_ps(6.f);

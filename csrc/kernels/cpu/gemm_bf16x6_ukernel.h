@@ -55,6 +55,21 @@ struct NchwcView {
 // lanes read as 0 (they may hold anything). False if a real value is inf or NaN.
 bool amx_pack_a_nchwc(const NchwcView& x, int64_t i0, int rows, int64_t c0, int64_t kc, uint16_t* dst);
 
+// The implicit-GEMM view of a convolution over an NCHW[b]c input (conv_bf16x6.h): row i is the
+// output position (n, oh, ow) of image n = i / (OH*OW); column k = tap * Cp + c, tap = r * S + s,
+// Cp = channels rounded up to 16 lanes, reads input (n, c, oh*sh - ph + r*dh, ow*sw - pw + s*dw),
+// 0 outside the image and for c >= channels.
+struct ConvTapsView {
+  const float* data;
+  int64_t H, W, OH, OW;  // input and output planes
+  int64_t channels, b, nb, Cp;
+  int64_t S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+};
+
+// amx_pack_a_block for rows [i0, i0+rows) x k [k0, k0+kc) of a ConvTapsView (k0 a multiple of 16);
+// padded lanes and taps outside the image read as 0. False if a real value is inf or NaN.
+bool amx_pack_a_conv(const ConvTapsView& x, int64_t i0, int rows, int64_t k0, int64_t kc, uint16_t* dst);
+
 // y (NCHW[b]c, channels K) at rows [i0, i0+rows) x channels [j0, j0+32) = act(acc + bias + residual)
 // for the real channels, 0 for padded lanes (the last column block zeroes those past it too);
 // blocks past y's last are skipped. bias ([K]) and

@@ -16,12 +16,16 @@
 #include <cstdint>
 
 #include "ecg/graph.h"
+#include "kernels/cpu/conv2d.h"
 
 namespace dnnfusion::layout {
 
 inline constexpr int64_t kAmxConvMinRows = 256;
 inline constexpr int64_t kAmxConvMinChannels = 32;
 inline constexpr int64_t kAmxConvMinOutChannels = 128;
+
+// The shape-level half of the choice (outputs, positions, input channels), for benchmarks.
+bool amx_conv_pays_off(const kernels::Conv2dShape& s);
 
 // `converted` (optional) receives the number of convolutions switched to AMX.
 ecg::Graph use_amx_convs(const ecg::Graph& g, int* converted = nullptr);
