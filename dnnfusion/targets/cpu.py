@@ -21,7 +21,7 @@ def explain_lines(regions):
                  + (f" (schemes: {', '.join(methods)})" if methods else ""))
     amx_convs = total(regions, "convs_amx")
     if amx_convs:
-        lines.append(f"  ... 1x1 on AMX (bf16x6)        : {amx_convs} (fp32 accuracy from six bf16 products; "
+        lines.append(f"  ... on AMX (bf16x6)            : {amx_convs} (fp32 accuracy from six bf16 products; "
                      "DNNFUSION_AMX=0 keeps the direct kernel)")
     wf2, wf4 = total(regions, "convs_winograd_f2"), total(regions, "convs_winograd_f4")
     if wf2 or wf4:

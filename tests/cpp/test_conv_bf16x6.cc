@@ -8,6 +8,9 @@
 // the CPU has no AMX.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 #include "common/error.h"
 #include "kernels/cpu/conv_bf16x6.h"
 #include "kernels/cpu/gemm_bf16x6.h"
@@ -96,6 +99,47 @@ TEST_F(ConvBf16x6, GatheredTapsMatchTheReference) {
       conv_test::check(rng, s, k, kernels::Isa::Avx512, *par, o);
     }
   }
+}
+
+// Windows holding inf or NaN are computed in plain fp32 (the six products would turn inf * x into
+// NaN): the outputs they reach are what fp32 gives (inf, -inf or NaN), the others unaffected.
+TEST_F(ConvBf16x6, NonFiniteInputsFollowFp32) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 73);
+  const auto s = shape(2, 40, 9, 9, 48, 3, 3, 2, 1);
+  ConvNchwcKnobs k;
+  k.ic_bn = 16;
+  k.oc_bn = 16;
+  k.amx = true;
+  auto x = testing::random_vec(rng, static_cast<size_t>(s.N * s.C * s.H * s.W));
+  const auto w = testing::random_vec(rng, static_cast<size_t>(s.K * s.C * 9), 0.1f, 1.f);  // positive: inf stays inf
+  x[(5 * s.H + 3) * s.W + 4] = std::numeric_limits<float>::quiet_NaN();          // image 0
+  x[((s.C + 20) * s.H + 0) * s.W + 0] = std::numeric_limits<float>::infinity();  // image 1
+  const int64_t OH = s.OH(), OW = s.OW(), ysize = s.N * s.K * OH * OW;
+  std::vector<float> ref(static_cast<size_t>(ysize));
+  reference::ref_conv2d_nchw(s, x.data(), w.data(), nullptr, ref.data(), Activation::None);
+  std::vector<float> xb(static_cast<size_t>(kernels::nchwc_floats(s.N, s.C, s.H, s.W, k.ic_bn)));
+  kernels::SerialParallel serial;
+  kernels::nchw_to_nchwc(x.data(), s.N, s.C, s.H, s.W, k.ic_bn, xb.data(), serial);
+  std::vector<float> pw(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(s, k)));
+  kernels::conv_nchwc_pack_weight(s, k, w.data(), pw.data());
+  std::vector<float> yb(static_cast<size_t>(kernels::nchwc_floats(s.N, s.K, OH, OW, k.oc_bn))), y(ref.size());
+  kernels::conv2d_nchwc(s, k, xb.data(), pw.data(), nullptr, nullptr, Activation::None, yb.data(), serial);
+  kernels::nchwc_to_nchw(yb.data(), s.N, s.K, OH, OW, k.oc_bn, y.data(), serial);
+  int nan = 0, inf = 0;
+  for (int64_t i = 0; i < ysize; ++i) {
+    if (std::isnan(ref[i])) {
+      ++nan;
+      EXPECT_TRUE(std::isnan(y[i])) << "at " << i;
+    } else if (std::isinf(ref[i])) {
+      ++inf;
+      EXPECT_EQ(y[i], ref[i]) << "at " << i;
+    } else {
+      EXPECT_NEAR(y[i], ref[i], 1e-4f * (1.f + std::fabs(ref[i]))) << "at " << i;
+    }
+  }
+  EXPECT_GT(nan, 0);
+  EXPECT_GT(inf, 0);
 }
 
 TEST_F(ConvBf16x6, RefusesWhatItDoesNotCover) {

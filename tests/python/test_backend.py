@@ -122,18 +122,20 @@ def test_tall_linear_layers_take_the_amx_gemm_with_fp32_accuracy():
     _assert_as_close_as_eager(m, x)
 
 
-def test_large_pointwise_convs_take_the_amx_gemm_with_fp32_accuracy():
-    # 1x1 convs with >= 128 outputs over >= 256 positions run as bf16x6 GEMMs on AMX (NCHW[x]c in
-    # and out); the 3x3 conv and the 64-output 1x1 conv stay on the direct kernel.
+def test_large_convs_take_the_amx_gemm_with_fp32_accuracy():
+    # Direct convs with >= 128 outputs over >= 256 positions run as bf16x6 GEMMs on AMX (NCHW[x]c in
+    # and out; the strided 3x3 one gathers its taps): the 1x1 64->128, the 3x3 stride-2 and the
+    # 1x1 256->128. The stride-1 3x3 conv stays Winograd, the 64-output 1x1 conv direct.
     torch.manual_seed(0)
     m = nn.Sequential(nn.Conv2d(64, 128, 1), nn.ReLU(), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(),
-                      nn.Conv2d(128, 256, 1), nn.ReLU(), nn.Conv2d(256, 64, 1)).eval()
-    x = torch.randn(2, 64, 12, 12)
+                      nn.Conv2d(128, 256, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(256, 128, 1), nn.ReLU(),
+                      nn.Conv2d(128, 64, 1)).eval()
+    x = torch.randn(2, 64, 24, 24)
     rep = dnnfusion.explain(m, x, compare_modes=False)
     amx = sum(r.target_counters["convs_amx"] for r in rep.regions)
-    assert amx == (2 if _cpu_offers_amx() else 0), str(rep)
+    assert amx == (3 if _cpu_offers_amx() else 0), str(rep)
     if amx:
-        assert "1x1 on AMX (bf16x6)        : 2" in str(rep)
+        assert "on AMX (bf16x6)            : 3" in str(rep)
     _assert_as_close_as_eager(m, x)
 
 

@@ -66,7 +66,7 @@ struct ConvTapsView {
   int64_t S, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
 };
 
-// amx_pack_a_block for rows [i0, i0+rows) x k [k0, k0+kc) of a ConvTapsView (k0 a multiple of 16);
+// amx_pack_a_block for rows [i0, i0+rows) x k [k0, k0+kc) of a ConvTapsView (k0 a multiple of 32);
 // padded lanes and taps outside the image read as 0. False if a real value is inf or NaN.
 bool amx_pack_a_conv(const ConvTapsView& x, int64_t i0, int rows, int64_t k0, int64_t kc, uint16_t* dst);
 

@@ -101,7 +101,7 @@ class CpuTarget final : public Target {
                                   "1x1 projections fused after their depthwise conv", "", "dw_projects_fused"));
       }
       // After the fusions: they read the direct kernel's packed weights.
-      p.push_back(counting_pass("use_amx_convs", layout::use_amx_convs, "1x1 convs on AMX (bf16x6)", "", "convs_amx"));
+      p.push_back(counting_pass("use_amx_convs", layout::use_amx_convs, "convs on AMX (bf16x6)", "", "convs_amx"));
       p.push_back({"fold_constants", [fold = fold_constants_pass()](PassContext& c) {
                      if (c.stats.target_counters["convs_amx"]) fold.run(c);  // evaluates the repacking once
                      else c.detail = "skipped: no conv on AMX";
