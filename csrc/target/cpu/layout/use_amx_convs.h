@@ -1,14 +1,15 @@
-// Runs 1x1 stride-1 convolutions as fp32-accurate bf16x6 GEMMs on AMX (kernels/cpu/conv_bf16x6.h)
-// where the CPU has AMX: each eligible conv2d_nchwc gets amx = 1 and reads
-// conv2d_nchwc_repack_bf16x6 of its (folded) direct-kernel weight, which constant folding then
-// evaluates. Eligible: op conv2d_nchwc (not a fused variant), groups 1, 1x1 kernel, stride 1, no
-// padding, no Winograd, no input scale (fold_input_scale), 16-lane-multiple channel blocks, a
-// compile-time weight, at least kAmxConvMinRows positions (N x H x W), kAmxConvMinChannels input
-// and kAmxConvMinOutChannels output channels. Below those the split of the input into three
-// bf16 terms (once per input value) is shared by too few products: ResNet-50's 1x1 layers on an
-// Intel Xeon with AMX, 2 threads, against the direct kernel: 256 -> 64 at 56x56 0.82-0.85x,
-// 1024 -> 256 at 14x14 batch 1 (196 positions) 0.81x, 2048 -> 512 at 7x7 batch 1 0.89x; the
-// layers kept 1.03-1.63x (batch 8: all twelve 1.28x together).
+// Runs convolutions as fp32-accurate bf16x6 GEMMs on AMX (kernels/cpu/conv_bf16x6.h: 1x1 stride-1
+// convs read their input as the rows, the others gather their taps) where the CPU has AMX: each
+// eligible conv2d_nchwc gets amx = 1 and reads conv2d_nchwc_repack_bf16x6 of its (folded)
+// direct-kernel weight, which constant folding then evaluates. Eligible: op conv2d_nchwc (not a
+// fused variant), groups 1, no Winograd, no input scale (fold_input_scale), 16-lane-multiple
+// channel blocks, a compile-time weight, and amx_conv_pays_off: at least kAmxConvMinRows output
+// positions (N x OH x OW), kAmxConvMinChannels input and kAmxConvMinOutChannels output channels.
+// Below those the split of the input into three bf16 terms is shared by too few products:
+// ResNet-50's layers on an Intel Xeon with AMX, 2 threads, against the direct kernel: 64-output
+// 1x1 convs 0.75-0.95x, 256 -> 64 at 56x56 0.81x, 1024 -> 256 at 14x14 batch 1 (196 positions)
+// 0.92x; the layers taken 1.02-1.81x (batch 8: 1x1, strided 1x1 and strided 3x3 layers together
+// 1.32x, `dnnfusion_conv_bench 2 amx`).
 // Precondition: the graph verifies; layout propagation, constant folding and the conv fusions ran
 // (they read the direct kernel's packing, so this pass comes after them). Postcondition: the
 // graph verifies and computes the same values within fp32 rounding.
