@@ -566,6 +566,21 @@ TEST(LayoutUseAmxConvs, LargeConvsRunOnAmxWithTheSameValues) {
   EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
 }
 
+TEST(LayoutUseAmxConvs, TakesLayersWhoseSplitIsSharedByEnoughProducts) {
+  auto conv = [](int64_t N, int64_t C, int64_t HW, int64_t K, int64_t RS, int64_t stride) {
+    return kernels::Conv2dShape{N, C, HW, HW, K, RS, RS, stride, stride, RS / 2, RS / 2, 1, 1, 1};
+  };
+  EXPECT_TRUE(layout::amx_conv_pays_off(conv(1, 64, 16, 128, 1, 1)));     // 256 positions
+  EXPECT_FALSE(layout::amx_conv_pays_off(conv(1, 64, 15, 128, 1, 1)));    // 225
+  EXPECT_FALSE(layout::amx_conv_pays_off(conv(1, 64, 16, 64, 1, 1)));     // 64 outputs
+  EXPECT_FALSE(layout::amx_conv_pays_off(conv(1, 16, 16, 128, 1, 1)));    // 16 inputs
+  EXPECT_TRUE(layout::amx_conv_pays_off(conv(8, 128, 14, 128, 3, 2)));    // strided: 8 x 7 x 7 outputs
+  EXPECT_FALSE(layout::amx_conv_pays_off(conv(1, 128, 14, 128, 3, 2)));   // 49
+  EXPECT_TRUE(layout::amx_conv_pays_off(conv(1, 256, 14, 1024, 1, 1)));   // wide: 196 positions
+  EXPECT_FALSE(layout::amx_conv_pays_off(conv(1, 256, 14, 512, 1, 1)));
+  EXPECT_FALSE(layout::amx_conv_pays_off(conv(1, 512, 7, 2048, 1, 1)));   // wide, 49 positions
+}
+
 TEST(LayoutPropagate, ConcatOfMixedBlocksUsesTheNarrowest) {
   std::mt19937_64 rng(testing::test_seed());
   GraphBuilder B(rng);

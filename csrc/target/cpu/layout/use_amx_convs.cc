@@ -37,7 +37,9 @@ bool eligible(const Graph& g, const std::vector<char>& is_const, const Node& n) 
 }  // namespace
 
 bool amx_conv_pays_off(const kernels::Conv2dShape& s) {
-  return s.K >= kAmxConvMinOutChannels && s.N * s.OH() * s.OW() >= kAmxConvMinRows && s.C >= kAmxConvMinChannels;
+  const int64_t rows = s.N * s.OH() * s.OW();
+  const int64_t min_rows = s.K >= kAmxConvWideOutChannels ? kAmxConvMinRows / 2 : kAmxConvMinRows;
+  return s.K >= kAmxConvMinOutChannels && rows >= min_rows && s.C >= kAmxConvMinChannels;
 }
 
 Graph use_amx_convs(const Graph& g, int* converted) {

@@ -4,7 +4,8 @@
 // direct-kernel weight, which constant folding then evaluates. Eligible: op conv2d_nchwc (not a
 // fused variant), groups 1, no Winograd, no input scale (fold_input_scale), 16-lane-multiple
 // channel blocks, a compile-time weight, and amx_conv_pays_off: at least kAmxConvMinRows output
-// positions (N x OH x OW), kAmxConvMinChannels input and kAmxConvMinOutChannels output channels.
+// positions (N x OH x OW; half as many from kAmxConvWideOutChannels outputs on),
+// kAmxConvMinChannels input and kAmxConvMinOutChannels output channels.
 // Below those the split of the input into three bf16 terms is shared by too few products:
 // ResNet-50's layers on an Intel Xeon with AMX, 2 threads, against the direct kernel: 64-output
 // 1x1 convs 0.75-0.95x, 256 -> 64 at 56x56 0.81x, 1024 -> 256 at 14x14 batch 1 (196 positions)
@@ -22,6 +23,10 @@
 namespace dnnfusion::layout {
 
 inline constexpr int64_t kAmxConvMinRows = 256;
+// Wide layers share the split among more output channels: half the positions suffice from this
+// many outputs on (ResNet-50 at batch 1: 256 -> 1024 at 14x14, 196 positions, 1.13-1.17x; 1024 ->
+// 512 there 1.06-1.14x, 1024 -> 256 0.85-0.92x).
+inline constexpr int64_t kAmxConvWideOutChannels = 1024;
 inline constexpr int64_t kAmxConvMinChannels = 32;
 inline constexpr int64_t kAmxConvMinOutChannels = 128;
 
