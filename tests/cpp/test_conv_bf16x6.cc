@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/conv_bf16x6.h"
@@ -30,75 +31,55 @@ class ConvBf16x6 : public ::testing::Test {
   }
 };
 
-TEST_F(ConvBf16x6, MatchesTheReference) {
-  SCOPED_TRACE(testing::seed_note());
-  std::mt19937_64 rng(testing::test_seed() + 71);
+// Each conv of `cases` through conv2d_nchwc with knobs.amx against the reference, serially and on
+// two threads, with the epilogue options cycling over the runs.
+struct Blocked {
+  kernels::Conv2dShape s;
+  int icb, ocb;
+};
+
+void check_cases(std::mt19937_64& rng, const std::vector<Blocked>& cases) {
   kernels::SerialParallel serial;
   testing::ThreadParallel two(2);
-  struct Case {
-    int64_t N, C, H, W, K;
-    int icb, ocb;
-  };
-  const Case cases[] = {{1, 64, 7, 7, 64, 16, 16},   {3, 48, 5, 3, 40, 16, 32},  {2, 100, 4, 4, 130, 32, 16},
-                        {1, 256, 14, 14, 64, 64, 64}, {8, 32, 2, 2, 96, 32, 64},  {2, 900, 3, 3, 70, 64, 32},
-                        {1, 16, 9, 9, 16, 16, 16},   {4, 130, 7, 7, 200, 32, 64}};
   int t = 0;
-  for (const Case& c : cases) {
+  for (const Blocked& c : cases) {
     ConvNchwcKnobs k;
     k.ic_bn = c.icb;
     k.oc_bn = c.ocb;
     k.reg_n = 7;
     k.amx = true;
-    const auto s = shape(c.N, c.C, c.H, c.W, c.K, 1, 1, 1, 0);
     for (const kernels::Parallel* par : {static_cast<const kernels::Parallel*>(&serial),
                                          static_cast<const kernels::Parallel*>(&two)}) {
       conv_test::Options o;
       o.bias = t % 2 == 0;
       o.residual = t % 3 != 0;
       o.in_place_residual = t % 3 == 2;
-      o.hook = t % 2 == 1;
+      o.hook = t % 4 == 1;
       o.act = static_cast<Activation>(t % 3);
       ++t;
-      conv_test::check(rng, s, k, kernels::Isa::Avx512, *par, o);
+      conv_test::check(rng, c.s, k, kernels::Isa::Avx512, *par, o);
     }
   }
+}
+
+TEST_F(ConvBf16x6, MatchesTheReference) {
+  SCOPED_TRACE(testing::seed_note());
+  std::mt19937_64 rng(testing::test_seed() + 71);
+  auto pw = [](int64_t N, int64_t C, int64_t H, int64_t W, int64_t K) { return shape(N, C, H, W, K, 1, 1, 1, 0); };
+  check_cases(rng, {{pw(1, 64, 7, 7, 64), 16, 16},    {pw(3, 48, 5, 3, 40), 16, 32},  {pw(2, 100, 4, 4, 130), 32, 16},
+                    {pw(1, 256, 14, 14, 64), 64, 64}, {pw(8, 32, 2, 2, 96), 32, 64},  {pw(2, 900, 3, 3, 70), 64, 32},
+                    {pw(1, 16, 9, 9, 16), 16, 16},    {pw(4, 130, 7, 7, 200), 32, 64}});
 }
 
 TEST_F(ConvBf16x6, GatheredTapsMatchTheReference) {
   SCOPED_TRACE(testing::seed_note());
   std::mt19937_64 rng(testing::test_seed() + 72);
-  kernels::SerialParallel serial;
-  testing::ThreadParallel two(2);
-  struct Case {
-    int64_t N, C, H, W, K, R, S, stride, pad, dil;
-    int icb, ocb;
-  };
-  // ResNet's stride-2 3x3 and 1x1 layers (scaled down), a stem-like 7x7, a 1x3, dilation, a
-  // padding wider than the image, long K (chunked), C not a multiple of 16.
-  const Case cases[] = {{2, 64, 14, 14, 64, 3, 3, 2, 1, 1, 16, 32},   {1, 128, 9, 9, 96, 3, 3, 1, 1, 1, 64, 64},
-                        {3, 48, 8, 8, 40, 1, 1, 2, 0, 1, 16, 16},     {1, 32, 23, 23, 64, 7, 7, 2, 3, 1, 32, 64},
-                        {2, 40, 6, 10, 33, 1, 3, 1, 1, 1, 16, 16},    {1, 64, 12, 12, 48, 3, 3, 1, 2, 2, 32, 16},
-                        {2, 16, 3, 3, 32, 5, 5, 3, 4, 1, 16, 32},     {1, 300, 6, 6, 70, 3, 3, 1, 1, 1, 32, 32}};
-  int t = 0;
-  for (const Case& c : cases) {
-    ConvNchwcKnobs k;
-    k.ic_bn = c.icb;
-    k.oc_bn = c.ocb;
-    k.reg_n = 7;
-    k.amx = true;
-    const auto s = shape(c.N, c.C, c.H, c.W, c.K, c.R, c.S, c.stride, c.pad, c.dil);
-    for (const kernels::Parallel* par : {static_cast<const kernels::Parallel*>(&serial),
-                                         static_cast<const kernels::Parallel*>(&two)}) {
-      conv_test::Options o;
-      o.bias = t % 2 == 1;
-      o.residual = t % 3 == 0;
-      o.in_place_residual = t % 6 == 3;
-      o.hook = t % 4 == 2;
-      o.act = static_cast<Activation>(t % 3);
-      ++t;
-      conv_test::check(rng, s, k, kernels::Isa::Avx512, *par, o);
-    }
-  }
+  // ResNet's stride-2 3x3 and 1x1 layers (scaled down), a 7x7, a 1x3, dilation, a padding wider
+  // than the image, long K (chunked), C not a multiple of 16. shape(N, C, H, W, K, R, S, stride, pad, dil).
+  check_cases(rng, {{shape(2, 64, 14, 14, 64, 3, 3, 2, 1), 16, 32},  {shape(1, 128, 9, 9, 96, 3, 3, 1, 1), 64, 64},
+                    {shape(3, 48, 8, 8, 40, 1, 1, 2, 0), 16, 16},    {shape(1, 32, 23, 23, 64, 7, 7, 2, 3), 32, 64},
+                    {shape(2, 40, 6, 10, 33, 1, 3, 1, 1), 16, 16},   {shape(1, 64, 12, 12, 48, 3, 3, 1, 2, 2), 32, 16},
+                    {shape(2, 16, 3, 3, 32, 5, 5, 3, 4), 16, 32},    {shape(1, 300, 6, 6, 70, 3, 3, 1, 1), 32, 32}});
 }
 
 // Windows holding inf or NaN are computed in plain fp32 (the six products would turn inf * x into
