@@ -218,7 +218,7 @@ std::vector<OpInfo> build_table() {
   add("avg_pool2d_nchwc", M::ManyToMany, P::OutEWiseFusable, false, none(), F::Pool);
   // KCRS -> packed weight of conv2d_nchwc; only ever sees compile-time operands (constant-folded).
   add("conv2d_nchwc_pack_weight", M::Shuffle, P::Opaque, false, none(), F::None);
-  // conv2d_nchwc_pack_weight's output -> the AMX (bf16x6) packing of a 1x1 conv
+  // conv2d_nchwc_pack_weight's output -> the AMX (bf16x6) packing of a conv
   // (csrc/target/cpu/layout/use_amx_convs); only sees compile-time operands.
   add("conv2d_nchwc_repack_bf16x6", M::Shuffle, P::Opaque, false, none(), F::None);
   // GEMM with a compile-time B packed by the op below (csrc/target/cpu/layout/pack_gemm_weights): inputs

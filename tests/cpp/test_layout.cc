@@ -525,9 +525,9 @@ TEST(LayoutFuseChannelMean, SqueezeOfTheDepthwiseOutputRunsInTheKernel) {
 
 // A dense block's concatenation of a 64-wide-block tensor (a stem conv) and 32-wide-block ones
 // (growth convs) runs in 32-wide blocks: the stem output is re-blocked once, nothing goes to NCHW.
-// 1x1 convs go to AMX where the CPU has it: the eligible ones (1x1 stride 1, >= 128 outputs,
-// >= 256 positions) read the repacked weight with amx = 1; a 3x3 conv, a 1x1 conv with 64 outputs
-// and a stride-2 1x1 conv stay. Without AMX the pass leaves the graph alone.
+// Convs go to AMX where the CPU has it: the eligible ones (any kernel and stride, >= 128 outputs,
+// >= 256 output positions) read the repacked weight with amx = 1; a 1x1 conv with 64 outputs and
+// a strided 3x3 conv onto 72 positions stay. Without AMX the pass leaves the graph alone.
 TEST(LayoutUseAmxConvs, LargeConvsRunOnAmxWithTheSameValues) {
   std::mt19937_64 rng(testing::test_seed() + 3);
   GraphBuilder B(rng);

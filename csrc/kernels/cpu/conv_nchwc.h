@@ -44,8 +44,9 @@ namespace dnnfusion::kernels {
 // kernel-width loop; winograd: 0 runs the direct algorithm, 2 or 4 the Winograd F(2x2, 3x3) or
 // F(4x4, 3x3) one (conv_winograd.h; 3x3 stride-1 convs only; the packed weights differ,
 // reg_n/unroll_ker unused).
-// amx: a 1x1 conv runs as the fp32-accurate bf16x6 GEMM on AMX (conv_bf16x6.h; the packed
-// weights differ, reg_n/unroll_ker unused).
+// amx: a groups-1 conv runs as the fp32-accurate bf16x6 GEMM on AMX (conv_bf16x6.h: 1x1 stride-1
+// rows in place, other kernels and strides as implicit GEMMs; the packed weights differ,
+// reg_n/unroll_ker unused).
 struct ConvNchwcKnobs {
   int ic_bn = 16, oc_bn = 16, reg_n = 14;
   bool unroll_ker = true;
