@@ -94,19 +94,30 @@ bool conv_bf16x6_supported(const Conv2dShape& s, int ic_bn, int oc_bn, std::stri
 
 int64_t conv_bf16x6_packed_weight_floats(const Conv2dShape& s) { return bf16x6_packed_b_floats(taps_k(s), s.K); }
 
-void conv_bf16x6_pack_weight(const Conv2dShape& s, const float* w_kcrs, float* out) {
-  if (pointwise(s)) {
-    // B(c, k) = W[k][c]: the weight read transposed.
-    bf16x6_pack_b(s.C, s.K, MatrixView{w_kcrs, 1, s.C}, out);
-    return;
-  }
-  // B(tap * Cp + c, k) = W[k][c][tap], zero rows for the padded channels.
-  const int64_t Cp = padded_channels(s), taps = s.R * s.S;
+namespace {
+
+// Packs B(tap * Cp + c, k) = weight(k, c, tap) of the implicit GEMM, zero rows for the padded
+// channels, from whichever layout the weight is read in.
+template <class Weight>
+void pack_taps(const Conv2dShape& s, Weight weight, float* out) {
+  const int64_t Cp = pointwise(s) ? s.C : padded_channels(s), taps = s.R * s.S;
   std::vector<float> b(static_cast<size_t>(taps * Cp * s.K), 0.f);
   for (int64_t k = 0; k < s.K; ++k)
     for (int64_t c = 0; c < s.C; ++c)
-      for (int64_t t = 0; t < taps; ++t) b[(t * Cp + c) * s.K + k] = w_kcrs[(k * s.C + c) * taps + t];
+      for (int64_t t = 0; t < taps; ++t) b[(t * Cp + c) * s.K + k] = weight(k, c, t);
   bf16x6_pack_b(taps * Cp, s.K, MatrixView{b.data(), s.K, 1}, out);
+}
+
+}  // namespace
+
+void conv_bf16x6_pack_weight(const Conv2dShape& s, const float* w_kcrs, float* out) {
+  if (pointwise(s)) {
+    // B(c, k) = W[k][c]: the weight read transposed, in place.
+    bf16x6_pack_b(s.C, s.K, MatrixView{w_kcrs, 1, s.C}, out);
+    return;
+  }
+  const int64_t taps = s.R * s.S;
+  pack_taps(s, [&](int64_t k, int64_t c, int64_t t) { return w_kcrs[(k * s.C + c) * taps + t]; }, out);
 }
 
 void conv_bf16x6_repack_weight(const Conv2dShape& s, int ic_bn, int oc_bn, const float* nchwc_packed, float* out) {
@@ -114,13 +125,9 @@ void conv_bf16x6_repack_weight(const Conv2dShape& s, int ic_bn, int oc_bn, const
   DNNF_CHECK(conv_bf16x6_supported(s, ic_bn, oc_bn, &why), "conv_bf16x6_repack_weight: ", why);
   // The direct kernel's packing is [Kb][Cb][R][S][ic_bn][oc_bn].
   const int64_t Cb = (s.C + ic_bn - 1) / ic_bn, taps = s.R * s.S;
-  std::vector<float> w(static_cast<size_t>(s.K * s.C * taps));
-  for (int64_t k = 0; k < s.K; ++k)
-    for (int64_t c = 0; c < s.C; ++c)
-      for (int64_t t = 0; t < taps; ++t)
-        w[(k * s.C + c) * taps + t] =
-            nchwc_packed[((((k / oc_bn) * Cb + c / ic_bn) * taps + t) * ic_bn + c % ic_bn) * oc_bn + k % oc_bn];
-  conv_bf16x6_pack_weight(s, w.data(), out);
+  pack_taps(s, [&](int64_t k, int64_t c, int64_t t) {
+    return nchwc_packed[((((k / oc_bn) * Cb + c / ic_bn) * taps + t) * ic_bn + c % ic_bn) * oc_bn + k % oc_bn];
+  }, out);
 }
 
 namespace {

@@ -1,10 +1,9 @@
 #include "target/cpu/layout/use_amx_convs.h"
 
-#include <algorithm>
-
 #include "kernels/cpu/conv_bf16x6.h"
 #include "kernels/cpu/gemm_bf16x6.h"
 #include "rewrite/graph_edit.h"
+#include "target/cpu/ops/nchwc_conv_shape.h"
 
 namespace dnnfusion::layout {
 
@@ -13,23 +12,13 @@ using ecg::Node;
 
 namespace {
 
-// The conv's shape from its attributes and its blocked input [N, Cb, H, W, ic_bn].
-kernels::Conv2dShape shape_of(const Graph& g, const Node& n) {
-  const auto ws = n.attr_ints("weight_shape");
-  const auto& x = g.value(n.inputs[0]).shape;
-  const auto stride = n.attr_ints("stride", {1}), pad = n.attr_ints("padding", {0}), dil = n.attr_ints("dilation", {1});
-  auto at = [](const std::vector<int64_t>& v, size_t i, int64_t d) { return v.empty() ? d : v[std::min(i, v.size() - 1)]; };
-  return {x[0], n.attr_int("in_channels", 0), x[2], x[3], ws[0], ws[2], ws[3], at(stride, 0, 1), at(stride, 1, 1),
-          at(pad, 0, 0), at(pad, 1, 0), at(dil, 0, 1), at(dil, 1, 1), n.attr_int("groups", 1)};
-}
-
 bool eligible(const Graph& g, const std::vector<char>& is_const, const Node& n) {
   if (n.op != "conv2d_nchwc" || n.inputs.size() < 2 || n.input_or_absent(3) >= 0 || n.outputs.size() != 1) return false;
   if (n.attr_int("winograd", 0) != 0 || n.attr_int("amx", 0) != 0 || n.attr_int("groups", 1) != 1) return false;
   if (n.attr_ints("weight_shape", {}).size() != 4 || g.value(n.inputs[0]).shape.size() != 5) return false;
   const int W = n.inputs[1];
   if (!is_const[W] || g.value(W).dtype != DType::Float32) return false;
-  const kernels::Conv2dShape s = shape_of(g, n);
+  const kernels::Conv2dShape s = target::cpu::nchwc_conv_shape(g, n, true);
   return amx_conv_pays_off(s) && kernels::conv_bf16x6_supported(s, static_cast<int>(n.attr_int("ic_bn", 0)),
                                                                  static_cast<int>(n.attr_int("oc_bn", 0)));
 }
@@ -52,7 +41,7 @@ Graph use_amx_convs(const Graph& g, int* converted) {
         rb.copy_node(n.id);
         continue;
       }
-      const kernels::Conv2dShape s = shape_of(g, n);
+      const kernels::Conv2dShape s = target::cpu::nchwc_conv_shape(g, n, true);
       ecg::AttrMap attrs = n.attrs;
       attrs["amx"] = int64_t{1};
       rb.origin = n.origin;

@@ -19,6 +19,7 @@
 #include "runtime/op_kernels.h"
 #include "target/cpu/cpu_kernels.h"
 #include "target/cpu/layout/pack_gemm_weights.h"
+#include "target/cpu/ops/nchwc_conv_shape.h"
 
 namespace dnnfusion::target::cpu {
 
@@ -57,40 +58,7 @@ void run_conv(KernelCall& c) {
                        kernels::Activation::None, c.scratch, c.par, c.epilogue);
 }
 
-// ---- NCHW[x]c convolution (csrc/target/cpu/layout puts these in) ----
-// The layout pass keeps the original conv attributes and adds ic_bn/oc_bn/reg_n/unroll_ker/winograd,
-// in_channels and weight_shape ([K, C/groups, R, S]). The activation is
-// [N, ceil(C/ic_bn), H, W, ic_bn] (the last block padded when ic_bn does not divide C).
-// prefix "expand_": the first conv of a conv2d_nchwc_expand_dw, whose attributes carry that prefix.
-kernels::Conv2dShape nchwc_conv_shape(const Graph& g, const Node& n, bool with_input, const std::string& prefix = "") {
-  const auto ws = n.attr_ints(prefix + "weight_shape");
-  auto stride = n.attr_ints(prefix + "stride", {1}), pad = n.attr_ints(prefix + "padding", {0}),
-       dil = n.attr_ints(prefix + "dilation", {1});
-  kernels::Conv2dShape s{};
-  s.C = n.attr_int(prefix + "in_channels");
-  s.K = ws.at(0);
-  s.R = ws.at(2);
-  s.S = ws.at(3);
-  s.stride_h = at_or(stride, 0, 1);
-  s.stride_w = at_or(stride, 1, 1);
-  s.pad_h = at_or(pad, 0, 0);
-  s.pad_w = at_or(pad, 1, 0);
-  s.dil_h = at_or(dil, 0, 1);
-  s.dil_w = at_or(dil, 1, 1);
-  s.groups = n.attr_int(prefix + "groups", 1);
-  if (with_input) {
-    const auto& x = shp(g, n.inputs[0]);
-    s.N = x[0];
-    s.H = x[2];
-    s.W = x[3];
-  } else {  // packing depends on channels and taps only: any input the kernel covers will do
-    s.N = 1;
-    s.H = (s.R - 1) * s.dil_h + 1;
-    s.W = (s.S - 1) * s.dil_w + 1;
-  }
-  return s;
-}
-
+// ---- NCHW[x]c convolution (csrc/target/cpu/layout puts these in; shape: nchwc_conv_shape.h) ----
 kernels::ConvNchwcKnobs nchwc_knobs(const Node& n) {
   kernels::ConvNchwcKnobs k;
   k.ic_bn = static_cast<int>(n.attr_int("ic_bn"));
