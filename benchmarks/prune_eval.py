@@ -6,7 +6,7 @@ criterion (dnnfusion.prune: aukc, l1, l2, random, bn_scale; Torch-Pruning's Magn
 the same model), fine-tune every pruned model with the same fixed budget, report test accuracy
 before/after; plus the ablations ω=1, λ=1 and ω=0 of the combined score.
 Speed: resnet50 pruned at 0.5 vs unpruned, batch 1 at 224x224, eager and dnnfusion, interleaved
-rounds, median.
+rounds (each call after a 10 ms idle gap), median.
 
     pip install -r benchmarks/requirements.txt
     python benchmarks/prune_eval.py --seeds 0 1 2 [--no-latency]
@@ -23,6 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dnnfusion
+
+GAP_S = 0.01  # idle time before each timed call of the latency part
 
 
 class Block(nn.Module):
@@ -166,6 +168,9 @@ def latency(runs, threads):
         times = {k: [] for k in systems}
         for _ in range(runs):  # interleaved rounds
             for k, f in systems.items():
+                # torch's OpenMP workers spin for a few ms after an eager call and would take the
+                # 2 cores from the next system's threads: idle first, as compare.py does.
+                time.sleep(GAP_S)
                 t = time.perf_counter()
                 f(x)
                 times[k].append(1e3 * (time.perf_counter() - t))
