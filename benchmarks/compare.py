@@ -599,7 +599,7 @@ def parse_args(argv=None):
     ap.add_argument("--runs", type=int, default=20, help="timed rounds per system")
     ap.add_argument("--warmup", type=int, default=3, help="untimed rounds per system after compiling")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--gap-ms", type=float, default=10.0,
+    ap.add_argument("--gap-ms", type=float, default=1e3 * zoo.IDLE_GAP_S,
                     help="idle time before each timed call, so the previous system's spinning threads sleep")
     ap.add_argument("--systems", default=",".join(BUILTIN),
                     help=f"comma-separated subset of {', '.join(BUILTIN)} (eager always runs: it is the reference)")

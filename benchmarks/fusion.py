@@ -4,9 +4,9 @@ For every zoo model: ATen ops in the inference graph (what eager launches), kern
 dnnfusion's modes none / tvm / dnnfusion, the kernels Inductor launches for the same model
 (counted from its generated code: cpp_fused_* kernels plus extern/aten calls in `call()`), the
 intermediate-result bytes each mode writes to memory per call, and the latency of the three modes
-side by side (same process, same thread count, interleaved rounds, median of --runs), plus the
-dnnfusion mode with GEMM epilogues called back per tile row by the library kernel instead of inlined
-into the generated GEMM template (DNNFUSION_NO_GEMM_TEMPLATE=1; the template's ablation). Every
+side by side (same process, same thread count, interleaved rounds, each call after a 10 ms idle
+gap, median of --runs), plus the dnnfusion mode with GEMM epilogues called back per tile row by
+the library kernel instead of inlined into the generated GEMM template (DNNFUSION_NO_GEMM_TEMPLATE=1; the template's ablation). Every
 compiled output is checked against eager (max|out-ref| / max|ref|). Writes
 benchmarks/results/fusion_b<batch>_<date>.json and prints the markdown tables for RESULTS.md.
 
@@ -27,6 +27,7 @@ from tqdm import tqdm
 import dnnfusion
 from dnnfusion import _C, zoo
 from dnnfusion.report import collecting
+from dnnfusion.zoo import idle_then_time
 from latency import cpu_name  # benchmarks/ is the script directory, so on sys.path
 
 MODES = ("none", "tvm", "dnnfusion")
@@ -110,9 +111,7 @@ def main():
                     f(*inputs)
             for _ in range(args.runs):
                 for k, f in runners.items():
-                    t = time.perf_counter()
-                    f(*inputs)
-                    times[k].append(time.perf_counter() - t)
+                    times[k].append(idle_then_time(f, *inputs))
         for k, ts in times.items():
             row.setdefault(k, {})["ms"] = 1e3 * statistics.median(ts)
             q = statistics.quantiles(ts, n=4)

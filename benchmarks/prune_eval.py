@@ -23,8 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import dnnfusion
-
-GAP_S = 0.01  # idle time before each timed call of the latency part
+from dnnfusion.zoo import idle_then_time
 
 
 class Block(nn.Module):
@@ -168,12 +167,7 @@ def latency(runs, threads):
         times = {k: [] for k in systems}
         for _ in range(runs):  # interleaved rounds
             for k, f in systems.items():
-                # torch's OpenMP workers spin for a few ms after an eager call and would take the
-                # 2 cores from the next system's threads: idle first, as compare.py does.
-                time.sleep(GAP_S)
-                t = time.perf_counter()
-                f(x)
-                times[k].append(1e3 * (time.perf_counter() - t))
+                times[k].append(1e3 * idle_then_time(f, x))
     return dict(prune_s=prune_s, params_before=rep.params_before, params_after=rep.params_after,
                 flops_before=rep.flops_before, flops_after=rep.flops_after,
                 median_ms={k: statistics.median(v) for k, v in times.items()}, times_ms=times)

@@ -1,6 +1,8 @@
 """The model zoo the project is tested and benchmarked on: torchvision CNNs/ViT built with
 ``weights=None`` and HuggingFace transformers built from their config classes (random init, no
 download). torchvision and transformers are imported only when a model is asked for."""
+import time
+
 import torch
 
 TORCHVISION = [
@@ -83,13 +85,27 @@ def all_tensors(out):
     return []
 
 
+# Thread pools spin for a few ms after a call returns (torch's OpenMP workers after an eager pass,
+# ONNX Runtime's, ours) and share the CPUs with whatever runs next: resnet50 at batch 1 on 2 vCPUs
+# took 15.4 ms in dnnfusion after an idle gap, 21.7 ms right after an eager call. Every timing
+# loop idles this long before each timed call.
+IDLE_GAP_S = 0.01
+
+
+def idle_then_time(fn, *args, gap_s=IDLE_GAP_S):
+    """Seconds one call fn(*args) takes, after gap_s seconds of idle time (none if 0)."""
+    if gap_s:
+        time.sleep(gap_s)
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
 class Comparison:
     """A model compiled with dnnfusion, checked against eager, and timed beside it. With `aot`, also
     compiled ahead of time by dnnfusion.compile (`aot_rel_err`, and a third series from time())."""
 
     def __init__(self, name, model, inputs, threads=None, aot=False):
-        import time
-
         import dnnfusion
         from dnnfusion.report import collecting
 
@@ -111,15 +127,11 @@ class Comparison:
             aot_out = first_tensor(self.aot(*inputs))
             self.aot_rel_err = (aot_out - self.ref).abs().max().item() / self.ref.abs().max().item()
 
-    def time(self, runs=20, warmup=3, gap_s=0.01):
+    def time(self, runs=20, warmup=3, gap_s=IDLE_GAP_S):
         """Interleaved rounds (eager, dnnfusion, eager, ...) so machine noise hits all alike.
         Returns the per-run seconds of (eager, dnnfusion), then dnnfusion.compile's with `aot`.
-        Each timed call follows an idle gap of gap_s: after eager PyTorch work, torch's OpenMP
-        workers spin for a few ms and share the CPUs with whatever runs next (resnet50 at batch 1
-        on 2 vCPUs: 15.4 ms for dnnfusion after an idle gap, 21.7 ms right after an eager call), so
-        without a gap the system timed after eager would pay for eager's threads."""
-        import time
-
+        Each timed call follows an idle gap of gap_s (idle_then_time), so that the system timed
+        after eager does not pay for eager's spinning threads."""
         fns = [self.model, self.compiled] + ([self.aot] if self.aot else [])
         times = [[] for _ in fns]
         with torch.no_grad():
@@ -128,9 +140,5 @@ class Comparison:
                     fn(*self.inputs)
             for _ in range(runs):
                 for fn, ts in zip(fns, times):
-                    if gap_s:
-                        time.sleep(gap_s)
-                    t = time.perf_counter()
-                    fn(*self.inputs)
-                    ts.append(time.perf_counter() - t)
+                    ts.append(idle_then_time(fn, *self.inputs, gap_s=gap_s))
         return tuple(times)
