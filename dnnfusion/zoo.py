@@ -23,7 +23,8 @@ _HF = {
 
 
 def build(name, seed=0, **config_overrides):
-    """Returns (model in eval mode, input-maker(batch) -> tuple of inputs)."""
+    """Returns (model in eval mode, input-maker(batch) -> tuple of inputs); the input-maker also takes
+    size= (image side, 224 by default) for the torchvision models and seq= (128) for the transformers."""
     torch.manual_seed(seed)
     if name in TORCHVISION:
         import torchvision
@@ -31,9 +32,9 @@ def build(name, seed=0, **config_overrides):
         model = getattr(torchvision.models, name)(weights=None).eval()
         _randomize_zero_weights(model)
 
-        def inputs(batch, seed=seed):
+        def inputs(batch, size=224, seed=seed):
             g = torch.Generator().manual_seed(seed + 1)
-            return (torch.randn(batch, 3, 224, 224, generator=g),)
+            return (torch.randn(batch, 3, size, size, generator=g),)
 
         return model, inputs
     if name in _HF:

@@ -109,6 +109,17 @@ int64_t dot(const std::vector<int64_t>& idx, const std::vector<int64_t>& st) {
   for (size_t k = 0; k < idx.size(); ++k) o += idx[k] * st[k];
   return o;
 }
+// dot(unravel(p, shape), st) without building the index: the copies and elementwise ops below
+// visit every element, and an allocation per element made folding a large weight's transpose
+// take seconds.
+int64_t offset_of(int64_t p, const std::vector<int64_t>& shape, const std::vector<int64_t>& st) {
+  int64_t o = 0;
+  for (size_t k = shape.size(); k-- > 0;) {
+    o += (p % shape[k]) * st[k];
+    p /= shape[k];
+  }
+  return o;
+}
 std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
   std::vector<int64_t> st(shape.size());
   int64_t s = 1;
@@ -218,7 +229,7 @@ void unary(UnaryOp op, const UnaryAttrs& at, const std::vector<int64_t>& shape, 
            DType out_dtype) {
   const int64_t n = numel_of(shape);
   for (int64_t p = 0; p < n; ++p) {
-    const Val v = load(x.data, x.dtype, dot(unravel(p, shape), x.strides));
+    const Val v = load(x.data, x.dtype, offset_of(p, shape, x.strides));
     Val r;
     if (op == UnaryOp::Identity) {
       r = v;
@@ -243,9 +254,8 @@ void binary(BinaryOp op, double alpha, const std::vector<int64_t>& shape, const 
   const bool fl = is_floating(compute_dtype);
   const int64_t n = numel_of(shape);
   for (int64_t p = 0; p < n; ++p) {
-    const auto idx = unravel(p, shape);
-    const Val va = to_type(load(a.data, a.dtype, dot(idx, a.strides)), compute_dtype);
-    const Val vb = to_type(load(b.data, b.dtype, dot(idx, b.strides)), compute_dtype);
+    const Val va = to_type(load(a.data, a.dtype, offset_of(p, shape, a.strides)), compute_dtype);
+    const Val vb = to_type(load(b.data, b.dtype, offset_of(p, shape, b.strides)), compute_dtype);
     Val r;
     bool is_bool_result = false;
     bool cmp = false;
@@ -521,9 +531,25 @@ void group_norm(const float* x, const float* weight, const float* bias, float ep
 void strided_copy(size_t elem_size, const std::vector<int64_t>& shape, const void* src,
                   const std::vector<int64_t>& src_strides, int64_t src_offset, void* dst) {
   const int64_t n = numel_of(shape), es = static_cast<int64_t>(elem_size);
-  for (int64_t p = 0; p < n; ++p)
-    std::memcpy(static_cast<char*>(dst) + p * es,
-                static_cast<const char*>(src) + (src_offset + dot(unravel(p, shape), src_strides)) * es, elem_size);
+  const size_t rank = shape.size();
+  // The output in order, the source offset carried along like an odometer: constant folding
+  // runs this over whole weights (a transposed 4096 x 16384 matrix), too often to divide per element.
+  std::vector<int64_t> idx(rank, 0);
+  int64_t off = src_offset;
+  for (int64_t p = 0; p < n; ++p) {
+    const char* from = static_cast<const char*>(src) + off * es;
+    char* to = static_cast<char*>(dst) + p * es;
+    if (es == 4)
+      std::memcpy(to, from, 4);
+    else
+      std::memcpy(to, from, elem_size);
+    for (size_t k = rank; k-- > 0;) {
+      off += src_strides[k];
+      if (++idx[k] < shape[k]) break;
+      off -= src_strides[k] * shape[k];
+      idx[k] = 0;
+    }
+  }
 }
 
 void concat(size_t elem_size, const std::vector<const void*>& srcs, const std::vector<std::vector<int64_t>>& shapes,
