@@ -89,12 +89,12 @@ def check_traced(name, batch, options):
     with torch.no_grad(), collecting() as reports:
         for gm, example_inputs in traced_graphs(name, batch):
             ref = zoo.all_tensors(gm(*example_inputs))
-            before = [x.clone() for x in example_inputs if isinstance(x, torch.Tensor) and not isinstance(x, torch.nn.Parameter)]
+            inputs = [x for x in example_inputs if isinstance(x, torch.Tensor) and not isinstance(x, torch.nn.Parameter)]
+            before = [x.clone() for x in inputs]
             # Guards belong to Dynamo's frame, which a direct call has not got.
             fn = dnnfusion_backend(gm, example_inputs, {**options, "fast_guards": False})
             worst = max(worst, _compare(zoo.all_tensors(fn(*example_inputs)), ref))
-            after = [x for x in example_inputs if isinstance(x, torch.Tensor) and not isinstance(x, torch.nn.Parameter)]
-            for x, b in zip(after, before):
+            for x, b in zip(inputs, before):
                 assert torch.equal(x, b), "an input was mutated"
     return dnnfusion.ExplainReport(reports), worst
 

@@ -537,12 +537,7 @@ void strided_copy(size_t elem_size, const std::vector<int64_t>& shape, const voi
   std::vector<int64_t> idx(rank, 0);
   int64_t off = src_offset;
   for (int64_t p = 0; p < n; ++p) {
-    const char* from = static_cast<const char*>(src) + off * es;
-    char* to = static_cast<char*>(dst) + p * es;
-    if (es == 4)
-      std::memcpy(to, from, 4);
-    else
-      std::memcpy(to, from, elem_size);
+    std::memcpy(static_cast<char*>(dst) + p * es, static_cast<const char*>(src) + off * es, elem_size);
     for (size_t k = rank; k-- > 0;) {
       off += src_strides[k];
       if (++idx[k] < shape[k]) break;
