@@ -33,6 +33,11 @@ struct CompileOptions {
   // 3x3 stride-1 convs run Winograd where kernels::conv_winograd_pays (layout on); false: the
   // direct algorithm everywhere (Python option winograd).
   bool winograd = true;
+  // Where the AMX bf16x6 kernels run on a CPU with AMX (fp32 accuracy from six bf16 products):
+  // Measure times them against the fp32 kernels on each layer the shape rules allow and keeps
+  // the faster (layout/measure_amx.h; once per shape and process); Rule takes every such layer;
+  // Off none (Python option amx = 'measure' | 'rule' | 'off').
+  enum class Amx { Measure, Rule, Off } amx = Amx::Measure;
 
   // ---- cuda target ----
   // A convolution gets a kernel generated for its weights when at least this fraction of its
@@ -48,5 +53,8 @@ struct CompileOptions {
 
 // Parses "global" | "local" | "convs-only" | "off"; throws dnnfusion::InvalidInput naming the valid ones.
 CompileOptions::Layout parse_layout_mode(const std::string& s);
+// Parses "measure" | "rule" | "off"; throws dnnfusion::InvalidInput naming the valid ones.
+CompileOptions::Amx parse_amx_mode(const std::string& s);
+const char* amx_mode_name(CompileOptions::Amx a);
 
 }  // namespace dnnfusion

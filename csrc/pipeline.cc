@@ -26,6 +26,22 @@ CompileOptions::Layout parse_layout_mode(const std::string& s) {
   DNNF_THROW_AS(InvalidInput, "unknown layout mode '", s, "' (valid: global, local, convs-only, off)");
 }
 
+CompileOptions::Amx parse_amx_mode(const std::string& s) {
+  if (s == "measure") return CompileOptions::Amx::Measure;
+  if (s == "rule") return CompileOptions::Amx::Rule;
+  if (s == "off") return CompileOptions::Amx::Off;
+  DNNF_THROW_AS(InvalidInput, "unknown amx mode '", s, "' (valid: measure, rule, off)");
+}
+
+const char* amx_mode_name(CompileOptions::Amx a) {
+  switch (a) {
+    case CompileOptions::Amx::Measure: return "measure";
+    case CompileOptions::Amx::Rule: return "rule";
+    case CompileOptions::Amx::Off: return "off";
+  }
+  return "measure";
+}
+
 namespace {
 
 Pass verify_pass() {

@@ -26,6 +26,10 @@ VALID_OPTIONS = {
                              "for the ablation)",
     "winograd": "bool: run 3x3 stride-1 convolutions with enough work as Winograd F(2x2, 3x3) (2.25x fewer "
                 "multiplies; default True, layout on; False: the direct kernel everywhere, for the ablation)",
+    "amx": "'measure' (default) | 'rule' | 'off': on a CPU with AMX, the linear layers and convolutions the shape "
+           "rules allow run as fp32-accurate bf16x6 products on the tile unit; 'measure' times that kernel against "
+           "the fp32 one on each such layer's shape when compiling (once per shape and process) and keeps the "
+           "faster, 'rule' takes every allowed layer, 'off' none (DNNFUSION_AMX=0 switches AMX off process-wide)",
     "sparse_threshold": "float in [0, 1]: cuda target — a convolution gets a kernel generated for its weights when at "
                         "least this fraction of them is zero (default 0.7); denser ones stay on ATen (cuDNN)",
     "sparse_max_weights": "positive int: cuda target — the most weights (K*C*R*S) a convolution may have to get a "
@@ -47,6 +51,7 @@ VALID_OPTIONS = {
 
 FUSION_MODES = ("dnnfusion", "tvm", "none")
 LAYOUT_MODES = ("global", "local", "convs-only", "off")
+AMX_MODES = ("measure", "rule", "off")
 
 
 @dataclass(frozen=True)
@@ -61,6 +66,7 @@ class Options:
     pack_gemm_weights: bool = True
     fuse_expand_depthwise: bool = True
     winograd: bool = True
+    amx: str = "measure"
     fast_guards: bool = True
     prune: float = None  # None: no compile-time pruning
     sparse_threshold: float = 0.7
@@ -112,6 +118,9 @@ def parse_options(options, device_type=None) -> Options:
     pack = _bool_option(options, "pack_gemm_weights", True)
     fuse_ed = _bool_option(options, "fuse_expand_depthwise", True)
     winograd = _bool_option(options, "winograd", True)
+    amx = options.get("amx", "measure")
+    if amx not in AMX_MODES:
+        raise ValueError(f"dnnfusion: option 'amx' must be one of {list(AMX_MODES)}, got {amx!r}")
     fast_guards = _bool_option(options, "fast_guards", True)
     prune = options.get("prune", None)
     if prune is not None:
@@ -129,7 +138,7 @@ def parse_options(options, device_type=None) -> Options:
         raise ValueError(f"dnnfusion: option 'sparse_max_weights' must be a positive int, got {sparse_max_weights!r}")
     fpga = _parse_fpga_options(options, target)
     return Options(target=target, threads=threads, fusion=fusion, profile=profile, layout=layout, tune=tune, tuning_db=tuning_db,
-                   pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, winograd=winograd,
+                   pack_gemm_weights=pack, fuse_expand_depthwise=fuse_ed, winograd=winograd, amx=amx,
                    fast_guards=fast_guards, prune=prune, sparse_threshold=float(sparse_threshold), sparse_max_weights=sparse_max_weights, **fpga)
 
 
@@ -164,6 +173,6 @@ def core_options(opts: Options):
 
     o = _C.CompileOptions()
     for name in ("target", "threads", "fusion", "profile", "layout", "tune", "tuning_db", "pack_gemm_weights",
-                 "fuse_expand_depthwise", "winograd", "sparse_threshold", "sparse_max_weights"):
+                 "fuse_expand_depthwise", "winograd", "amx", "sparse_threshold", "sparse_max_weights"):
         setattr(o, name, getattr(opts, name))
     return o

@@ -459,6 +459,9 @@ PYBIND11_MODULE(_C, m) {
       .def_readwrite("pack_gemm_weights", &CompileOptions::pack_gemm_weights)
       .def_readwrite("fuse_expand_depthwise", &CompileOptions::fuse_expand_depthwise)
       .def_readwrite("winograd", &CompileOptions::winograd)
+      .def_property(
+          "amx", [](const CompileOptions& o) { return std::string(amx_mode_name(o.amx)); },
+          [](CompileOptions& o, const std::string& s) { o.amx = parse_amx_mode(s); })
       .def_readwrite("sparse_threshold", &CompileOptions::sparse_threshold)
       .def_readwrite("sparse_max_weights", &CompileOptions::sparse_max_weights)
       .def_readwrite("device_index", &CompileOptions::device_index);

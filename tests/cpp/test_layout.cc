@@ -543,11 +543,12 @@ TEST(LayoutUseAmxConvs, LargeConvsRunOnAmxWithTheSameValues) {
   B.out({c4, c6, c7});
   const ecg::Graph g = B.g;
   const ecg::Graph blocked = fold(layout::propagate_blocked_layout(g, fixed_blocks(16)));
-  int converted = -1;
-  const ecg::Graph out = layout::use_amx_convs(blocked, &converted);
+  layout::AmxChoiceStats st;
+  const ecg::Graph out = layout::use_amx_convs(blocked, {}, &st);  // the shape rules alone
   ecg::verify_graph(out);
   const int expected = kernels::bf16x6_available() ? 5 : 0;
-  EXPECT_EQ(converted, expected);
+  EXPECT_EQ(st.taken, expected);
+  EXPECT_EQ(st.declined, 0);
   EXPECT_EQ(count_op(out, "conv2d_nchwc_repack_bf16x6"), expected);
   int amx = 0;
   for (const auto& n : out.nodes())

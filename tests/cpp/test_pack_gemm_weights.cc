@@ -6,6 +6,7 @@
 
 #include "ecg/verifier.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/gemm_bf16x6.h"
 #include "target/cpu/layout/pack_gemm_weights.h"
 #include "pipeline.h"
 #include "rewrite_test_util.h"
@@ -40,7 +41,7 @@ TEST(PackGemmWeights, ConstantWeightGemmsBecomePackedAndTheRestStay) {
   GraphBuilder B(rng);
   ecg::Graph g = linear_layers(B);
   int n = 0;
-  ecg::Graph out = layout::pack_gemm_weights(g, &n);
+  ecg::Graph out = layout::pack_gemm_weights(g, {}, &n);
   ecg::verify_graph(out);
   EXPECT_EQ(n, 3);
   EXPECT_EQ(count_op(out, "mm_packed"), 3);
@@ -59,7 +60,7 @@ TEST(PackGemmWeights, ConstantWeightGemmsBecomePackedAndTheRestStay) {
   int x = B2.input({4, 6});
   B2.out({B2.mm(x, B2.input({6, 3}))});
   int none = -1;
-  ecg::Graph same = layout::pack_gemm_weights(B2.g, &none);
+  ecg::Graph same = layout::pack_gemm_weights(B2.g, {}, &none);
   EXPECT_EQ(none, 0);
   EXPECT_EQ(count_op(same, "mm"), 1);
 }
@@ -73,6 +74,53 @@ TEST(PackGemmWeights, PackingFoldsAndValuesMatch) {
   EXPECT_EQ(count_op(out, "mm_packed"), 3);
   auto in = random_inputs(g, rng, -1.f, 1.f);
   EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
+}
+
+// Tall GEMMs (>= kBf16x6MinRows rows) of three shapes, one of them twice: which take the bf16x6
+// packing under each AMX mode. Measure follows the verdict the timing gave each shape (one
+// verdict per shape, so both layers of the repeated shape agree); without AMX nothing takes it.
+TEST(PackGemmWeights, AmxModeDecidesWhichTallGemmsTakeTheBf16x6Packing) {
+  std::mt19937_64 rng(testing::test_seed() + 3);
+  GraphBuilder B(rng);
+  int x = B.input({96, 64});
+  int h1 = B.un("relu", B.addmm(B.weight({128}), x, B.weight({64, 128}, -0.2f, 0.2f)));
+  int h2 = B.un("relu", B.addmm(B.weight({128}), x, B.weight({64, 128}, -0.2f, 0.2f)));
+  int y = B.mm(B.bin("add", h1, h2), B.weight({128, 40}, -0.2f, 0.2f));
+  int z = B.mm(B.input({8, 64}), B.weight({64, 40}, -0.2f, 0.2f));  // 8 rows: never AMX
+  B.out({y, z});
+  const ecg::Graph g = B.g;
+  const bool amx = kernels::bf16x6_available();
+  kernels::SerialParallel serial;
+  auto taken = [](const ecg::Graph& out) {
+    int n = 0;
+    for (const auto& node : out.nodes()) n += node.op == "mm_packed" && node.has_attr("packing") && node.attr_str("packing") == "bf16x6";
+    return n;
+  };
+  for (CompileOptions::Amx mode : {CompileOptions::Amx::Rule, CompileOptions::Amx::Off, CompileOptions::Amx::Measure}) {
+    SCOPED_TRACE(amx_mode_name(mode));
+    int packed = 0;
+    layout::AmxChoiceStats st;
+    const ecg::Graph out = layout::pack_gemm_weights(g, {mode, &serial}, &packed, &st);
+    ecg::verify_graph(out);
+    EXPECT_EQ(packed, 4);
+    EXPECT_EQ(st.taken, taken(out));
+    if (!amx || mode == CompileOptions::Amx::Off) {
+      EXPECT_EQ(st.taken + st.declined, 0);
+      continue;
+    }
+    if (mode == CompileOptions::Amx::Rule) {
+      EXPECT_EQ(st.taken, 3);
+      EXPECT_EQ(st.declined, 0);
+      continue;
+    }
+    EXPECT_EQ(st.taken + st.declined, 3);
+    EXPECT_LE(st.timed, 2);  // two distinct tall shapes (this process may have timed them already)
+    const bool first = layout::measure_amx_gemm(96, 64, 128, serial).amx;
+    const bool second = layout::measure_amx_gemm(96, 128, 40, serial).amx;
+    EXPECT_EQ(st.taken, 2 * first + second);
+    auto in = random_inputs(g, rng, -1.f, 1.f);
+    EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(fold(out), in), 1e-5)) << testing::seed_note();
+  }
 }
 
 TEST(PackGemmWeights, WholePipelineMatchesInEveryFusionMode) {

@@ -108,33 +108,65 @@ def _assert_as_close_as_eager(m, x):
     assert (y - exact).abs().max() / scale <= 4 * (eager - exact).abs().max() / scale + 1e-7
 
 
+def _amx_counts(rep, kind):
+    taken = "gemms_bf16x6" if kind == "gemms" else "convs_amx"
+    return (sum(r.target_counters[taken] for r in rep.regions),
+            sum(r.target_counters[f"{kind}_amx_declined"] for r in rep.regions))
+
+
 def test_tall_linear_layers_take_the_amx_gemm_with_fp32_accuracy():
     # GEMMs of >= 64 rows run as six bf16 products on AMX where the CPU has it (fp32 panels elsewhere):
-    # either way as close to the exact result as eager's fp32.
+    # either way as close to the exact result as eager's fp32. amx='rule' takes all three.
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Linear(96, 200), nn.GELU(), nn.Linear(200, 50), nn.ReLU(), nn.Linear(50, 33)).eval()
-    x = torch.randn(130, 96)
-    rep = dnnfusion.explain(m, x, compare_modes=False)
-    amx = sum(r.target_counters["gemms_bf16x6"] for r in rep.regions)
-    assert amx == (3 if _cpu_offers_amx() else 0), str(rep)
-    if amx:
+    m, x = _amx_linear_model()
+    rep = dnnfusion.explain(m, x, options={"amx": "rule"}, compare_modes=False)
+    assert _amx_counts(rep, "gemms") == ((3, 0) if _cpu_offers_amx() else (0, 0)), str(rep)
+    if _cpu_offers_amx():
         assert "for the AMX bf16x6 GEMM    : 3" in str(rep)
     _assert_as_close_as_eager(m, x)
+
+
+def _amx_linear_model():
+    return nn.Sequential(nn.Linear(96, 200), nn.GELU(), nn.Linear(200, 50), nn.ReLU(), nn.Linear(50, 33)).eval(), \
+        torch.randn(130, 96)
+
+
+def _amx_conv_model():
+    return nn.Sequential(nn.Conv2d(64, 128, 1), nn.ReLU(), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(),
+                         nn.Conv2d(128, 256, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(256, 128, 1), nn.ReLU(),
+                         nn.Conv2d(128, 64, 1)).eval(), torch.randn(2, 64, 24, 24)
+
+
+@pytest.mark.parametrize("kind", ["gemms", "convs"])
+def test_amx_measure_mode_times_each_allowed_layer_and_keeps_the_faster(kind):
+    # The default: each layer the shape rules allow (3 in each model) is timed on both kernels and
+    # runs on the faster; every allowed layer is either taken or declined, and the report says
+    # which. Either way the outputs stay as close to the exact result as eager's.
+    torch.manual_seed(0)
+    m, x = _amx_linear_model() if kind == "gemms" else _amx_conv_model()
+    rep = dnnfusion.explain(m, x, compare_modes=False)
+    taken, declined = _amx_counts(rep, kind)
+    assert taken + declined == (3 if _cpu_offers_amx() else 0), str(rep)
+    kept = "on the fp32 kernel" if kind == "gemms" else "on the direct kernel"
+    if declined:
+        assert f"{declined} more kept {kept}, which timed faster here" in str(rep)
+    off = dnnfusion.explain(m, x, options={"amx": "off"}, compare_modes=False)
+    assert _amx_counts(off, kind) == (0, 0), str(off)
+    _assert_as_close_as_eager(m, x)
+    with pytest.raises(ValueError, match="option 'amx' must be one of"):
+        dnnfusion.options.parse_options({"amx": True})
 
 
 def test_large_convs_take_the_amx_gemm_with_fp32_accuracy():
     # Direct convs with >= 128 outputs over >= 256 positions run as bf16x6 GEMMs on AMX (NCHW[x]c in
     # and out; the strided 3x3 one gathers its taps): the 1x1 64->128, the 3x3 stride-2 and the
-    # 1x1 256->128. The stride-1 3x3 conv stays Winograd, the 64-output 1x1 conv direct.
+    # 1x1 256->128. The stride-1 3x3 conv stays Winograd, the 64-output 1x1 conv direct (amx='rule':
+    # the shape rules alone).
     torch.manual_seed(0)
-    m = nn.Sequential(nn.Conv2d(64, 128, 1), nn.ReLU(), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(),
-                      nn.Conv2d(128, 256, 3, stride=2, padding=1), nn.ReLU(), nn.Conv2d(256, 128, 1), nn.ReLU(),
-                      nn.Conv2d(128, 64, 1)).eval()
-    x = torch.randn(2, 64, 24, 24)
-    rep = dnnfusion.explain(m, x, compare_modes=False)
-    amx = sum(r.target_counters["convs_amx"] for r in rep.regions)
-    assert amx == (3 if _cpu_offers_amx() else 0), str(rep)
-    if amx:
+    m, x = _amx_conv_model()
+    rep = dnnfusion.explain(m, x, options={"amx": "rule"}, compare_modes=False)
+    assert _amx_counts(rep, "convs") == ((3, 0) if _cpu_offers_amx() else (0, 0)), str(rep)
+    if _cpu_offers_amx():
         assert "on AMX (bf16x6)            : 3" in str(rep)
     _assert_as_close_as_eager(m, x)
 

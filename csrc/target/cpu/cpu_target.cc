@@ -33,7 +33,35 @@ constexpr const char* kCounters[] = {"convs_blocked",     "convs_winograd_f2", "
                                      "layout_to_blocked", "layout_to_plain",   "layout_reblocked",
                                      "layout_propagated", "convs_tuned_now",   "expand_dw_fused",
                                      "se_means_fused",    "dw_projects_fused", "gemms_packed",
-                                     "gemms_bf16x6",      "convs_amx"};
+                                     "gemms_bf16x6",      "convs_amx",         "gemms_amx_declined",
+                                     "convs_amx_declined"};
+
+// How this compile picks the layers that run on AMX (measuring on the pool the model runs on).
+layout::AmxChoice amx_choice(const CompileOptions& o) {
+  return {o.amx, &runtime::shared_pool(o.threads)};
+}
+
+// "3 on AMX (bf16x6), 1 kept fp32 after timing both (2 shapes timed, 41 ms)"
+std::string amx_detail(const layout::AmxChoiceStats& st, const CompileOptions& o) {
+  std::string d = std::to_string(st.taken) + " on AMX (bf16x6)";
+  if (o.amx == CompileOptions::Amx::Measure && (st.taken || st.declined))
+    d += ", " + std::to_string(st.declined) + " kept fp32 after timing both (" + std::to_string(st.timed) +
+         " shapes timed, " + std::to_string(static_cast<int>(st.ms + 0.5)) + " ms)";
+  else if (o.amx != CompileOptions::Amx::Measure)
+    d += std::string(" (amx mode '") + amx_mode_name(o.amx) + "')";
+  return d;
+}
+
+Pass use_amx_convs_pass() {
+  return {"use_amx_convs", [](PassContext& c) {
+            layout::AmxChoiceStats st;
+            c.g = layout::use_amx_convs(c.g, amx_choice(c.opts), &st);
+            c.changed = st.taken > 0;
+            c.detail = "convs: " + amx_detail(st, c.opts);
+            c.stats.target_counters["convs_amx"] += st.taken;
+            c.stats.target_counters["convs_amx_declined"] += st.declined;
+          }};
+}
 
 // NCHW[x]c: choose every conv's scheme (heuristic, tuning database or global search, with the
 // Winograd choice), then propagate the blocked layout through the ops that tolerate it.
@@ -101,7 +129,7 @@ class CpuTarget final : public Target {
                                   "1x1 projections fused after their depthwise conv", "", "dw_projects_fused"));
       }
       // After the fusions: they read the direct kernel's packed weights.
-      p.push_back(counting_pass("use_amx_convs", layout::use_amx_convs, "convs on AMX (bf16x6)", "", "convs_amx"));
+      p.push_back(use_amx_convs_pass());
       p.push_back({"fold_constants", [fold = fold_constants_pass()](PassContext& c) {
                      if (c.stats.target_counters["convs_amx"]) fold.run(c);  // evaluates the repacking once
                      else c.detail = "skipped: no conv on AMX";
@@ -109,13 +137,14 @@ class CpuTarget final : public Target {
     }
     if (o.pack_gemm_weights) {
       p.push_back({"pack_gemm_weights", [](PassContext& c) {
-                     int n = 0, bf16x6 = 0;
-                     c.g = layout::pack_gemm_weights(c.g, &n, &bf16x6);
+                     int n = 0;
+                     layout::AmxChoiceStats st;
+                     c.g = layout::pack_gemm_weights(c.g, amx_choice(c.opts), &n, &st);
                      c.changed = n > 0;
-                     c.detail = std::to_string(n) + " GEMM weights packed (" + std::to_string(bf16x6) +
-                                " for the AMX bf16x6 GEMM)";
+                     c.detail = std::to_string(n) + " GEMM weights packed; " + amx_detail(st, c.opts);
                      c.stats.target_counters["gemms_packed"] += n;
-                     c.stats.target_counters["gemms_bf16x6"] += bf16x6;
+                     c.stats.target_counters["gemms_bf16x6"] += st.taken;
+                     c.stats.target_counters["gemms_amx_declined"] += st.declined;
                    }});
       p.push_back({"fold_constants", [fold = fold_constants_pass()](PassContext& c) {
                      if (c.stats.target_counters["gemms_packed"]) fold.run(c);  // evaluates the packing once

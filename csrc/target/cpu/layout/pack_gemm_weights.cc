@@ -38,15 +38,19 @@ int packable(const Graph& g, const std::vector<char>& is_const, const Node& n) {
   return static_cast<int>(x);
 }
 
-// Whether a GEMM of M rows gets the bf16x6 packing on this machine.
-bool packs_bf16x6(int64_t M) { return M >= kBf16x6MinRows && kernels::bf16x6_available(); }
+// Whether a GEMM of M x K x N gets the bf16x6 packing on this machine.
+bool packs_bf16x6(int64_t M, int64_t K, int64_t N, const AmxChoice& amx, AmxChoiceStats* st) {
+  if (M < kBf16x6MinRows || amx.mode == CompileOptions::Amx::Off || !kernels::bf16x6_available()) return false;
+  return take_amx(amx, [&](const kernels::Parallel& par) { return measure_amx_gemm(M, K, N, par); }, st);
+}
 
 }  // namespace
 
-Graph pack_gemm_weights(const Graph& g, int* packed, int* bf16x6_count) {
+Graph pack_gemm_weights(const Graph& g, const AmxChoice& amx_choice, int* packed, AmxChoiceStats* amx_stats) {
   const auto is_const = rewrite::compile_time_values(g);
   const int nr = kernels::sgemm_panel_width();
-  int count = 0, amx = 0;
+  int count = 0;
+  AmxChoiceStats st;
   rewrite::GraphRebuilder rb(g);
   for (const Node& n : g.nodes()) {
     const int x = packable(g, is_const, n);
@@ -57,8 +61,7 @@ Graph pack_gemm_weights(const Graph& g, int* packed, int* bf16x6_count) {
     const int A = n.inputs[x], B = n.inputs[x + 1];
     const int64_t M = g.value(A).shape[0], K = g.value(B).shape[0], N = g.value(B).shape[1];
     rb.origin = n.origin;
-    const bool bf16x6 = packs_bf16x6(M);
-    amx += bf16x6;
+    const bool bf16x6 = packs_bf16x6(M, K, N, amx_choice, &st);
     ecg::AttrMap pack_attrs{{"nr", int64_t{bf16x6 ? 0 : nr}}};
     if (bf16x6) pack_attrs["packing"] = std::string(kBf16x6Packing);
     const int64_t packed_floats = bf16x6 ? kernels::bf16x6_packed_b_floats(K, N) : kernels::sgemm_packed_b_floats(K, N, nr);
@@ -74,7 +77,7 @@ Graph pack_gemm_weights(const Graph& g, int* packed, int* bf16x6_count) {
     ++count;
   }
   if (packed) *packed = count;
-  if (bf16x6_count) *bf16x6_count = amx;
+  if (amx_stats) *amx_stats = st;
   if (count == 0) return g;
   return rb.finish();
 }

@@ -8,13 +8,14 @@
 // Precondition: the graph verifies; rewriting is done (the math rules and GEMM merging match
 // mm/addmm, not mm_packed). Postcondition: the graph verifies and computes the same values; the
 // packed operands are laid out for kernels::sgemm_panel_width() of this process's ISA, or, on a
-// CPU with AMX and for GEMMs of at least kBf16x6MinRows rows, for the bf16x6 GEMM
-// (kernels/cpu/gemm_bf16x6.h: fp32 accuracy from six bf16 products; both nodes then carry
-// packing = "bf16x6" and nr = 0).
+// CPU with AMX, for GEMMs of at least kBf16x6MinRows rows that `amx` takes (measure_amx.h: by
+// default the ones timed faster there), for the bf16x6 GEMM (kernels/cpu/gemm_bf16x6.h: fp32
+// accuracy from six bf16 products; both nodes then carry packing = "bf16x6" and nr = 0).
 #pragma once
 #include <cstdint>
 
 #include "ecg/graph.h"
+#include "target/cpu/layout/measure_amx.h"
 
 namespace dnnfusion::layout {
 
@@ -24,8 +25,9 @@ inline constexpr const char* kBf16x6Packing = "bf16x6";
 // 64 rows 1.05x, 128 rows 1.1-1.45x, 1024 rows 1.6-1.8x).
 inline constexpr int64_t kBf16x6MinRows = 64;
 
-// `packed` (optional) receives the number of GEMMs rewritten, `bf16x6` how many of them took the
-// bf16x6 packing.
-ecg::Graph pack_gemm_weights(const ecg::Graph& g, int* packed = nullptr, int* bf16x6 = nullptr);
+// `packed` (optional) receives the number of GEMMs rewritten, `amx_stats` how many of them took
+// the bf16x6 packing and how many the AMX choice declined.
+ecg::Graph pack_gemm_weights(const ecg::Graph& g, const AmxChoice& amx = {}, int* packed = nullptr,
+                             AmxChoiceStats* amx_stats = nullptr);
 
 }  // namespace dnnfusion::layout

@@ -31,17 +31,19 @@ bool amx_conv_pays_off(const kernels::Conv2dShape& s) {
   return s.K >= kAmxConvMinOutChannels && rows >= min_rows && s.C >= kAmxConvMinChannels;
 }
 
-Graph use_amx_convs(const Graph& g, int* converted) {
-  int count = 0;
-  if (kernels::bf16x6_available()) {
+Graph use_amx_convs(const Graph& g, const AmxChoice& amx, AmxChoiceStats* stats) {
+  AmxChoiceStats st;
+  if (amx.mode != CompileOptions::Amx::Off && kernels::bf16x6_available()) {
     const auto is_const = rewrite::compile_time_values(g);
     rewrite::GraphRebuilder rb(g);
     for (const Node& n : g.nodes()) {
-      if (!eligible(g, is_const, n)) {
+      const bool allowed = eligible(g, is_const, n);
+      const kernels::Conv2dShape s = allowed ? target::cpu::nchwc_conv_shape(g, n, true) : kernels::Conv2dShape{};
+      if (!allowed ||
+          !take_amx(amx, [&](const kernels::Parallel& par) { return measure_amx_conv(s, target::cpu::nchwc_knobs(n), par); }, &st)) {
         rb.copy_node(n.id);
         continue;
       }
-      const kernels::Conv2dShape s = target::cpu::nchwc_conv_shape(g, n, true);
       ecg::AttrMap attrs = n.attrs;
       attrs["amx"] = int64_t{1};
       rb.origin = n.origin;
@@ -51,14 +53,11 @@ Graph use_amx_convs(const Graph& g, int* converted) {
       if (n.input_or_absent(2) >= 0) ins.push_back(rb.map(n.inputs[2]));
       const int y = rb.add("conv2d_nchwc", ins, g.value(n.outputs[0]).shape, DType::Float32, attrs);
       rb.replace(n.outputs[0], y);
-      ++count;
     }
-    if (count) {
-      if (converted) *converted = count;
-      return rb.finish();
-    }
+    if (stats) *stats = st;
+    if (st.taken) return rb.finish();
   }
-  if (converted) *converted = 0;
+  if (stats) *stats = st;
   return g;
 }
 

@@ -5,7 +5,8 @@
 // fused variant), groups 1, no Winograd, no input scale (fold_input_scale), 16-lane-multiple
 // channel blocks, a compile-time weight, and amx_conv_pays_off: at least kAmxConvMinRows output
 // positions (N x OH x OW; half as many from kAmxConvWideOutChannels outputs on),
-// kAmxConvMinChannels input and kAmxConvMinOutChannels output channels.
+// kAmxConvMinChannels input and kAmxConvMinOutChannels output channels; of those, the ones
+// `amx` takes (measure_amx.h: by default the ones timed faster than the direct kernel there).
 // Below those the split of the input into three bf16 terms is shared by too few products:
 // ResNet-50's layers on an Intel Xeon with AMX, 2 threads, against the direct kernel: 64-output
 // 1x1 convs 0.75-0.95x, 256 -> 64 at 56x56 0.81x, 1024 -> 256 at 14x14 batch 1 (196 positions)
@@ -19,6 +20,7 @@
 
 #include "ecg/graph.h"
 #include "kernels/cpu/conv2d.h"
+#include "target/cpu/layout/measure_amx.h"
 
 namespace dnnfusion::layout {
 
@@ -33,7 +35,7 @@ inline constexpr int64_t kAmxConvMinOutChannels = 128;
 // The shape-level half of the choice (outputs, positions, input channels), for benchmarks.
 bool amx_conv_pays_off(const kernels::Conv2dShape& s);
 
-// `converted` (optional) receives the number of convolutions switched to AMX.
-ecg::Graph use_amx_convs(const ecg::Graph& g, int* converted = nullptr);
+// `stats` (optional) receives the number of convolutions switched to AMX and declined by the choice.
+ecg::Graph use_amx_convs(const ecg::Graph& g, const AmxChoice& amx = {}, AmxChoiceStats* stats = nullptr);
 
 }  // namespace dnnfusion::layout

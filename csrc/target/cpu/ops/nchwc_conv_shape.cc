@@ -33,4 +33,15 @@ kernels::Conv2dShape nchwc_conv_shape(const ecg::Graph& g, const ecg::Node& n, b
   return s;
 }
 
+kernels::ConvNchwcKnobs nchwc_knobs(const ecg::Node& n) {
+  kernels::ConvNchwcKnobs k;
+  k.ic_bn = static_cast<int>(n.attr_int("ic_bn"));
+  k.oc_bn = static_cast<int>(n.attr_int("oc_bn"));
+  k.reg_n = static_cast<int>(n.attr_int("reg_n"));
+  k.unroll_ker = n.attr_int("unroll_ker", 0) != 0;
+  k.winograd = static_cast<int>(n.attr_int("winograd", 0));
+  k.amx = n.attr_int("amx", 0) != 0;
+  return k;
+}
+
 }  // namespace dnnfusion::target::cpu

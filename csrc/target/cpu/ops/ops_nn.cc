@@ -59,17 +59,6 @@ void run_conv(KernelCall& c) {
 }
 
 // ---- NCHW[x]c convolution (csrc/target/cpu/layout puts these in; shape: nchwc_conv_shape.h) ----
-kernels::ConvNchwcKnobs nchwc_knobs(const Node& n) {
-  kernels::ConvNchwcKnobs k;
-  k.ic_bn = static_cast<int>(n.attr_int("ic_bn"));
-  k.oc_bn = static_cast<int>(n.attr_int("oc_bn"));
-  k.reg_n = static_cast<int>(n.attr_int("reg_n"));
-  k.unroll_ker = n.attr_int("unroll_ker", 0) != 0;
-  k.winograd = static_cast<int>(n.attr_int("winograd", 0));
-  k.amx = n.attr_int("amx", 0) != 0;
-  return k;
-}
-
 // packed: the packed weight value (the pack node's output, the conv's second input).
 std::string check_conv_nchwc_common(const Graph& g, const Node& n, bool with_input, int packed) {
   if (n.attr_ints("weight_shape", {}).size() != 4) return n.op + " without a 4-D weight_shape attribute";
