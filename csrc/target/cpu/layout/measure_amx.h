@@ -29,7 +29,7 @@ namespace dnnfusion::layout {
 
 inline constexpr int kMinRounds = 3;
 inline constexpr int kMaxRounds = 9;
-inline constexpr double kBudgetMs = 60;
+inline constexpr double kBudgetMs = 30;
 inline constexpr double kAmxMargin = 1.05;
 
 struct AmxVerdict {
