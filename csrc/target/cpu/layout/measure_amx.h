@@ -15,7 +15,8 @@
 // Precondition: kernels::bf16x6_available(); the shape is one the AMX kernel supports.
 // Postcondition: a verdict is measured once per process for each (shape, knobs, threads) and
 // kept, so every compile in the process agrees with the first (measured_now says which call
-// timed it). Thread-safe.
+// timed it). Verdicts are not stored across processes: a stored verdict would keep one moment's
+// host state for good. Thread-safe.
 #pragma once
 #include <cstdint>
 #include <functional>
