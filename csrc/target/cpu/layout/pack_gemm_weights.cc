@@ -40,7 +40,7 @@ int packable(const Graph& g, const std::vector<char>& is_const, const Node& n) {
 
 // Whether a GEMM of M x K x N gets the bf16x6 packing on this machine.
 bool packs_bf16x6(int64_t M, int64_t K, int64_t N, const AmxChoice& amx, AmxChoiceStats* st) {
-  if (M < kBf16x6MinRows || amx.mode == CompileOptions::Amx::Off || !kernels::bf16x6_available()) return false;
+  if (M < kBf16x6MinRows || !kernels::bf16x6_available()) return false;
   return take_amx(amx, [&](const kernels::Parallel& par) { return measure_amx_gemm(M, K, N, par); }, st);
 }
 

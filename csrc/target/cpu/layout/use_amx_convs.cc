@@ -32,33 +32,34 @@ bool amx_conv_pays_off(const kernels::Conv2dShape& s) {
 }
 
 Graph use_amx_convs(const Graph& g, const AmxChoice& amx, AmxChoiceStats* stats) {
+  if (stats) *stats = {};
+  if (amx.mode == CompileOptions::Amx::Off || !kernels::bf16x6_available()) return g;
+  const auto is_const = rewrite::compile_time_values(g);
+  rewrite::GraphRebuilder rb(g);
   AmxChoiceStats st;
-  if (amx.mode != CompileOptions::Amx::Off && kernels::bf16x6_available()) {
-    const auto is_const = rewrite::compile_time_values(g);
-    rewrite::GraphRebuilder rb(g);
-    for (const Node& n : g.nodes()) {
-      const bool allowed = eligible(g, is_const, n);
-      const kernels::Conv2dShape s = allowed ? target::cpu::nchwc_conv_shape(g, n, true) : kernels::Conv2dShape{};
-      if (!allowed ||
-          !take_amx(amx, [&](const kernels::Parallel& par) { return measure_amx_conv(s, target::cpu::nchwc_knobs(n), par); }, &st)) {
-        rb.copy_node(n.id);
-        continue;
-      }
-      ecg::AttrMap attrs = n.attrs;
-      attrs["amx"] = int64_t{1};
-      rb.origin = n.origin;
-      const int wp = rb.add("conv2d_nchwc_repack_bf16x6", {rb.map(n.inputs[1])},
-                            {kernels::conv_bf16x6_packed_weight_floats(s)}, DType::Float32, attrs);
-      std::vector<int> ins{rb.map(n.inputs[0]), wp};
-      if (n.input_or_absent(2) >= 0) ins.push_back(rb.map(n.inputs[2]));
-      const int y = rb.add("conv2d_nchwc", ins, g.value(n.outputs[0]).shape, DType::Float32, attrs);
-      rb.replace(n.outputs[0], y);
+  for (const Node& n : g.nodes()) {
+    if (!eligible(g, is_const, n)) {
+      rb.copy_node(n.id);
+      continue;
     }
-    if (stats) *stats = st;
-    if (st.taken) return rb.finish();
+    const kernels::Conv2dShape s = target::cpu::nchwc_conv_shape(g, n, true);
+    auto measure = [&](const kernels::Parallel& par) { return measure_amx_conv(s, target::cpu::nchwc_knobs(n), par); };
+    if (!take_amx(amx, measure, &st)) {
+      rb.copy_node(n.id);
+      continue;
+    }
+    ecg::AttrMap attrs = n.attrs;
+    attrs["amx"] = int64_t{1};
+    rb.origin = n.origin;
+    const int wp = rb.add("conv2d_nchwc_repack_bf16x6", {rb.map(n.inputs[1])},
+                          {kernels::conv_bf16x6_packed_weight_floats(s)}, DType::Float32, attrs);
+    std::vector<int> ins{rb.map(n.inputs[0]), wp};
+    if (n.input_or_absent(2) >= 0) ins.push_back(rb.map(n.inputs[2]));
+    const int y = rb.add("conv2d_nchwc", ins, g.value(n.outputs[0]).shape, DType::Float32, attrs);
+    rb.replace(n.outputs[0], y);
   }
   if (stats) *stats = st;
-  return g;
+  return st.taken ? rb.finish() : g;
 }
 
 }  // namespace dnnfusion::layout
