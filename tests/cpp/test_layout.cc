@@ -516,8 +516,11 @@ TEST(LayoutFuseChannelMean, SqueezeOfTheDepthwiseOutputRunsInTheKernel) {
     ecg::verify_graph(out);
     EXPECT_EQ(fused, c.fused);
     EXPECT_EQ(count_op(out, "mean"), means_before - c.fused);
-    for (const auto& n : out.nodes())
-      if (n.op == "conv2d_nchwc_expand_dw") EXPECT_EQ(n.outputs.size(), static_cast<size_t>(1 + c.fused));
+    for (const auto& n : out.nodes()) {
+      if (n.op == "conv2d_nchwc_expand_dw") {
+        EXPECT_EQ(n.outputs.size(), static_cast<size_t>(1 + c.fused));
+      }
+    }
     auto in = random_inputs(g, rng, -1.f, 1.f);
     EXPECT_TRUE(outputs_close(g, run_graph(g, in), run_graph(out, in), 1e-5)) << testing::seed_note();
   }

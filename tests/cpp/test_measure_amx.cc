@@ -1,12 +1,16 @@
 // measure_amx (csrc/target/cpu/layout): the AMX-or-fp32 verdict per layer shape — the decision
 // rule, that a verdict is timed once per process and then read, that it agrees with its own
-// medians, and how take_amx counts the three modes.
+// medians, and how take_amx counts the three modes; and the operand fill the timings share.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/conv_bf16x6.h"
 #include "kernels/cpu/gemm_bf16x6.h"
 #include "target/cpu/layout/measure_amx.h"
+#include "target/cpu/layout/timing_operands.h"
 
 namespace dnnfusion {
 namespace {
@@ -82,6 +86,29 @@ TEST(MeasureAmx, ConvVerdictComparesTheDirectKernelWithItsAmxVariant) {
   EXPECT_FALSE(layout::measure_amx_conv(s, direct, serial).measured_now);
   direct.reg_n = direct.reg_n == 7 ? 8 : 7;  // other knobs: another verdict
   EXPECT_TRUE(layout::measure_amx_conv(s, direct, serial).measured_now);
+}
+
+
+TEST(TimingOperands, RepeatableFiniteValuesInTheUnitInterval) {
+  std::vector<float> a(100000), b(100000), c(100000);
+  layout::fill_timing_operand(a.data(), static_cast<int64_t>(a.size()), 7);
+  layout::fill_timing_operand(b.data(), static_cast<int64_t>(b.size()), 7);
+  layout::fill_timing_operand(c.data(), static_cast<int64_t>(c.size()), 8);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  double sum = 0;
+  int negative = 0;
+  for (float v : a) {
+    ASSERT_TRUE(std::isfinite(v));
+    ASSERT_GE(v, -1.f);
+    ASSERT_LT(v, 1.f);
+    sum += v;
+    negative += v < 0;
+  }
+  // Spread over the interval, not stuck: mean near 0, about half negative.
+  EXPECT_NEAR(sum / a.size(), 0.0, 0.02);
+  EXPECT_NEAR(negative / static_cast<double>(a.size()), 0.5, 0.02);
+  layout::fill_timing_operand(nullptr, 0, 1);  // n == 0 touches nothing
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <map>
 #include <mutex>
-#include <random>
 #include <set>
 
 #include "common/conv_geometry.h"
@@ -15,6 +14,7 @@
 #include "kernels/cpu/conv_nchwc.h"
 #include "kernels/cpu/conv_winograd.h"
 #include "target/cpu/layout/solve_layout_assignment.h"
+#include "target/cpu/layout/timing_operands.h"
 #include "target/cpu/layout/tuning_db.h"
 
 namespace dnnfusion::layout {
@@ -121,11 +121,9 @@ double median_us(const std::function<void()>& fn) {
   return t[t.size() / 2];
 }
 
-std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
+std::vector<float> random_floats(size_t n, uint32_t seed) {
   std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
+  fill_timing_operand(v.data(), static_cast<int64_t>(n), seed);
   return v;
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/gemm_bf16x6.h"
+#include "target/cpu/layout/timing_operands.h"
 
 namespace dnnfusion::layout {
 
@@ -30,18 +31,9 @@ std::map<std::string, AmxVerdict>& verdicts() {
   return v;
 }
 
-// Values in [-1, 1) from xorshift32: the kernels' speed does not depend on them, no inf/NaN sends
-// the AMX kernel down its plain-fp32 rows, and a batch-8 conv input (millions of values) fills in
-// milliseconds, where a library distribution takes tens of them.
 float* random_floats(kernels::AlignedBuffer<float>& buf, int64_t n, uint32_t seed) {
   float* p = buf.get(static_cast<size_t>(std::max<int64_t>(n, 1)));
-  uint32_t h = 0x9E3779B9u * (seed + 1);
-  for (int64_t i = 0; i < n; ++i) {
-    h ^= h << 13;
-    h ^= h >> 17;
-    h ^= h << 5;
-    p[i] = static_cast<float>(static_cast<int32_t>(h)) * (1.f / 2147483648.f);
-  }
+  fill_timing_operand(p, n, seed);
   return p;
 }
 
