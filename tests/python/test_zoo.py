@@ -3,7 +3,8 @@ max|out - ref| <= 2e-4 * max|ref|, and at least 90% of its ATen ops (by count) r
 in each fusion mode (none / tvm / dnnfusion) at batch 1, and in the default mode at batch 4; mode
 none with NCHW layouts, the others with NCHW[x]c convolutions — on the cpu target; and every model
 at batch 1 on the reference target. Models built of many identical layers run with fewer of them
-(SHALLOWER).
+(SHALLOWER). On the cpu target the AMX choice follows the shape rules alone (amx="rule"), so on a
+CPU with AMX every layer they allow is checked on the tile kernels.
 
 Dynamo's trace of a model does not depend on the backend's options, and tracing is most of a
 compile's time on the larger models (densenet121: ~9 of ~12 s). So each model is traced once at
