@@ -88,7 +88,6 @@ TEST(MeasureAmx, ConvVerdictComparesTheDirectKernelWithItsAmxVariant) {
   EXPECT_TRUE(layout::measure_amx_conv(s, direct, serial).measured_now);
 }
 
-
 TEST(TimingOperands, RepeatableFiniteValuesInTheUnitInterval) {
   std::vector<float> a(100000), b(100000), c(100000);
   layout::fill_timing_operand(a.data(), static_cast<int64_t>(a.size()), 7);

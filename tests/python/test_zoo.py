@@ -114,9 +114,8 @@ SHALLOWER = {"albert": {"num_hidden_layers": 3}, "mobilebert": {"num_hidden_laye
 @pytest.mark.parametrize("batch,mode", CASES, ids=[f"b{b}-{m}" for b, m in CASES])
 @pytest.mark.parametrize("name", zoo.ALL)
 def test_zoo_model_matches_eager(name, batch, mode):
-    # amx="rule": every layer the shape rules allow runs on AMX where the CPU has it, so the zoo
-    # checks the tile kernels' numbers whatever the host's load (timing, the default, may keep
-    # them all on the fp32 kernels on a busy host; test_backend.py covers the timed choice).
+    # Not the timed AMX choice (the default; test_backend.py covers it): on a busy host it may
+    # keep every layer on the fp32 kernels, and the tile kernels' numbers would go unchecked.
     options = {"fusion": mode, "layout": mode != "none", "amx": "rule"}
     if batch == 1:
         report, worst = check_traced(name, batch, options)
