@@ -208,12 +208,14 @@ TEST(ConvNchwcExpandDw, MatchesReferenceAndUnfusedPath) {
 TEST(ConvNchwcExpandDw, ActivationsKeepNaNAndInfinities) {
   // One input channel, unit weights: the expanded value is x itself.
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  const float xs[] = {nan, inf, -inf, -200.f, 200.f, -3.5f, 2.f};
-  const Case c{"1x1 dw", 1, 1, 1, 7, 16, 1, 1, 0, 1};
+  // -87.5 and -86.5 sit either side of the point where exp(-x) overflows and SiLU flushes to -0.
+  const float xs[] = {nan, inf, -inf, -200.f, 200.f, -3.5f, 2.f, -87.5f, -86.5f};
+  constexpr int P = sizeof xs / sizeof xs[0];
+  const Case c{"1x1 dw", 1, 1, 1, P, 16, 1, 1, 0, 1};
   const Conv2dShape e = expand_shape(c), d = dw_shape(c);
   for (Isa isa : testing::isas_to_test()) {
     const int b = 16;
-    ConvNchwcKnobs ke{1, b, std::min(7, kernels::conv_nchwc_max_reg_n(isa, b)), true};
+    ConvNchwcKnobs ke{1, b, std::min(P, kernels::conv_nchwc_max_reg_n(isa, b)), true};
     ConvNchwcKnobs kd{b, b, ke.reg_n, true};
     std::vector<float> w1(16, 1.f), w2(16, 1.f);
     std::vector<float> p1(static_cast<size_t>(kernels::conv_nchwc_packed_weight_floats(e, ke)));
@@ -221,10 +223,10 @@ TEST(ConvNchwcExpandDw, ActivationsKeepNaNAndInfinities) {
     kernels::conv_nchwc_pack_weight(e, ke, w1.data(), p1.data());
     kernels::conv_nchwc_pack_weight(d, kd, w2.data(), p2.data());
     for (ExpandAct act : {ExpandAct::Hardswish, ExpandAct::Silu}) {
-      std::vector<float> y(7 * 16);
+      std::vector<float> y(P * 16);
       kernels::conv2d_nchwc_expand_dw(e, ke, d, kd, xs, p1.data(), nullptr, act, p2.data(), nullptr, ExpandAct::None,
                                       y.data(), nullptr, testing::kSerial, {}, isa);
-      for (int p = 0; p < 7; ++p) {
+      for (int p = 0; p < P; ++p) {
         SCOPED_TRACE(std::string(kernels::expand_act_name(act)) + " isa=" + kernels::isa_name(isa) +
                      " x=" + std::to_string(xs[p]));
         const float want = ref_act(xs[p], act);

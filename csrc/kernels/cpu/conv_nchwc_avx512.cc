@@ -140,20 +140,7 @@ void activate_rows(float* p, int64_t n) {
 }  // namespace
 
 void row_channel_sums_avx512(const float* row, int64_t positions, int64_t b, float* sums) {
-  for (int64_t l0 = 0; l0 < b; l0 += 16) {
-    const float* r = row + l0;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    int64_t p = 0;
-    for (; p + 4 <= positions; p += 4, r += 4 * b) {
-      a0 = _mm512_add_ps(a0, _mm512_loadu_ps(r));
-      a1 = _mm512_add_ps(a1, _mm512_loadu_ps(r + b));
-      a2 = _mm512_add_ps(a2, _mm512_loadu_ps(r + 2 * b));
-      a3 = _mm512_add_ps(a3, _mm512_loadu_ps(r + 3 * b));
-    }
-    for (; p < positions; ++p, r += b) a0 = _mm512_add_ps(a0, _mm512_loadu_ps(r));
-    const __m512 total = _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3));
-    _mm512_storeu_ps(sums + l0, _mm512_add_ps(_mm512_loadu_ps(sums + l0), total));
-  }
+  row_channel_sums<Zmm>(row, positions, b, sums);
 }
 
 void activate_inplace_avx512(float* p, int64_t n, int mode) {

@@ -24,11 +24,14 @@ constexpr int64_t kBlockBytes = 384 * 1024;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Hardswish and SiLU over a window chunk (the tiles applied relu/relu6 already). Baseline code
-// vectorizes these loops with SSE only; AVX-512 has its own (conv_nchwc_avx512.cc).
+// vectorizes these loops with SSE at best and calls exp_f32 per float for SiLU (4x slower than the
+// whole expand_dw kernel otherwise is), so AVX2 and AVX-512 have their own (conv_nchwc_avx*.cc).
 void activate(float* p, int64_t n, ExpandAct act, Isa isa) {
   if (act != ExpandAct::Hardswish && act != ExpandAct::Silu) return;
   if (isa == Isa::Avx512) {
     nchwc_detail::activate_inplace_avx512(p, n, act == ExpandAct::Hardswish ? 0 : 1);
+  } else if (isa == Isa::Avx2) {
+    nchwc_detail::activate_inplace_avx2(p, n, act == ExpandAct::Hardswish ? 0 : 1);
   } else if (act == ExpandAct::Hardswish) {
     for (int64_t i = 0; i < n; ++i) {
       const float v = p[i] + 3.f;
@@ -43,6 +46,7 @@ void activate(float* p, int64_t n, ExpandAct act, Isa isa) {
 // image adds rows of similar size instead of single values to a growing total.
 void add_row_sums(const float* row, int64_t positions, int64_t b, float* sums, Isa isa) {
   if (isa == Isa::Avx512 && b % 16 == 0) return nchwc_detail::row_channel_sums_avx512(row, positions, b, sums);
+  if (isa != Isa::Scalar && b % 8 == 0) return nchwc_detail::row_channel_sums_avx2(row, positions, b, sums);
   float acc[64] = {};
   for (int64_t p = 0; p < positions; ++p)
     for (int64_t l = 0; l < b; ++l) acc[l] += row[p * b + l];

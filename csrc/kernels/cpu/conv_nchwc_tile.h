@@ -231,4 +231,24 @@ NchwcTileFn pick_conv_any(int rn, bool k1, bool unroll) {
                 : pick_conv_tile<O, NV, false, false, N, OCB>(rn);
 }
 
+// sums[l] += sum over the row's `positions` of lane l, for a block b of whole vectors; four
+// positions in flight per vector so the adds do not wait on one chain (row_channel_sums_*).
+template <class O>
+void row_channel_sums(const float* row, int64_t positions, int64_t b, float* sums) {
+  using V = typename O::V;
+  for (int64_t l0 = 0; l0 < b; l0 += O::L) {
+    const float* r = row + l0;
+    V a0 = O::zero(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t p = 0;
+    for (; p + 4 <= positions; p += 4, r += 4 * b) {
+      a0 = O::add(a0, O::load(r));
+      a1 = O::add(a1, O::load(r + b));
+      a2 = O::add(a2, O::load(r + 2 * b));
+      a3 = O::add(a3, O::load(r + 3 * b));
+    }
+    for (; p < positions; ++p, r += b) a0 = O::add(a0, O::load(r));
+    O::store(sums + l0, O::add(O::load(sums + l0), O::add(O::add(a0, a1), O::add(a2, a3))));
+  }
+}
+
 }  // namespace dnnfusion::kernels::nchwc_detail

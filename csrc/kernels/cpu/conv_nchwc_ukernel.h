@@ -82,8 +82,11 @@ NchwcTileFn pointwise_tile(Isa isa, int oc_bn, int rn);
 // In place over n floats, mode 0 hardswish, 1 silu (the formulas of the generated code's prelude:
 // x * clamp(x + 3, 0, 6) / 6 and x / (1 + exp(-x)); NaN propagates).
 void activate_inplace_avx512(float* p, int64_t n, int mode);
+void activate_inplace_avx2(float* p, int64_t n, int mode);
 // sums[l] += sum over the row's `positions` of lane l, for a 16-, 32- or 64-lane block b (the
 // squeeze-excitation mean of conv2d_nchwc_expand_dw); four positions in flight per 16 lanes.
 void row_channel_sums_avx512(const float* row, int64_t positions, int64_t b, float* sums);
+// The same for an 8- or 16-lane block, eight lanes at a time.
+void row_channel_sums_avx2(const float* row, int64_t positions, int64_t b, float* sums);
 
 }  // namespace dnnfusion::kernels::nchwc_detail
