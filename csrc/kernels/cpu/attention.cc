@@ -1,5 +1,5 @@
 // sdpa: per (batch, head, query block) two sgemm calls around an in-place masked softmax (the
-// row softmax in AVX-512 when the CPU has it, attention_avx512.cc; else the portable loop here).
+// row softmax in AVX-512 or AVX2 when the CPU has it, attention_avx*.cc; else the portable loop here).
 // See attention.h for the contract.
 #include "kernels/cpu/attention.h"
 
@@ -90,7 +90,7 @@ void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows,
           {t.k.data + b * t.k.s0 + h * t.k.s1, t.k.s3, t.k.s2}, S, Lk, ep, serial);
   }
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  const bool avx512 = active_isa() == Isa::Avx512;
+  const Isa isa = active_isa();
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t i = i0 + r;
     float* s = S + r * Lk;
@@ -107,8 +107,9 @@ void attend_block(const Task& t, int64_t b, int64_t h, int64_t i0, int64_t rows,
     }
     if (t.causal)
       for (int64_t j = std::max<int64_t>(i + 1, 0); j < Lk; ++j) s[j] = kNegInf;
-    if (avx512 && Lk > 0) {
-      const float row_lse = attention_detail::softmax_row_avx512(s, Lk, t.lse != nullptr);
+    if (isa != Isa::Scalar && Lk > 0) {
+      const float row_lse = isa == Isa::Avx512 ? attention_detail::softmax_row_avx512(s, Lk, t.lse != nullptr)
+                                               : attention_detail::softmax_row_avx2(s, Lk, t.lse != nullptr);
       if (t.lse) t.lse[(b * t.H + h) * t.Lq + i] = row_lse;
       continue;
     }
