@@ -25,6 +25,12 @@ using rewrite_test::outputs_close;
 using rewrite_test::random_inputs;
 using rewrite_test::run_graph;
 
+// The ISA the tests that pick 32- and 64-lane blocks run on: those blocks exist on AVX-512 and in
+// the scalar kernels, not on AVX2, so without AVX-512 their graphs run on the scalar kernels.
+kernels::Isa wide_block_isa() {
+  return kernels::isa_supported(kernels::Isa::Avx512) ? kernels::Isa::Avx512 : kernels::Isa::Scalar;
+}
+
 // Blocks of `b` where they divide the channels (the input's block when it has one), else NCHW.
 layout::ConvSchemeFn fixed_blocks(int b, int* asked_with_block = nullptr) {
   return [b, asked_with_block](const ecg::Graph& g, const ecg::Node& n, int input_block) -> std::optional<ConvScheme> {
@@ -127,6 +133,7 @@ TEST(LayoutPropagate, ChannelBroadcastOperandsAndConcatStayBlocked) {
 }
 
 TEST(LayoutPropagate, ConvOfferedAnotherBlockIsReblocked) {
+  testing::IsaGuard isa(wide_block_isa());
   // {first conv's oc_bn, second conv's ic_bn, permutes expected}: one permute each for the input
   // and the output transform; a re-block between blocks that divide each other is one more permute
   // (one loop), otherwise it goes through NCHW (two).
@@ -182,6 +189,7 @@ TEST(LayoutPropagate, BlockFitsDividesOrPadsByAtMostHalf) {
 // constant offset), a 1x1 conv 24->40 reading the padded 32-block (16-blocks out: 48 lanes), a
 // depthwise conv on 40 channels, a residual add with a per-channel constant, the output in NCHW.
 TEST(LayoutPropagate, PaddedBlocksComputeTheSameValues) {
+  testing::IsaGuard isa(wide_block_isa());
   std::mt19937_64 rng(testing::test_seed());
   GraphBuilder B(rng);
   int x = B.input({2, 16, 7, 6});
@@ -223,6 +231,7 @@ TEST(LayoutPropagate, PaddedBlocksComputeTheSameValues) {
 // is padded (constant_pad_nd) into its block, and re-blocking 24 channels from 32 (one block) to
 // 8 (three) goes through NCHW, from 32 to 16 (two blocks, the same 32 lanes) through one permute.
 TEST(LayoutPropagate, PaddedBlocksAtTheEdgesAndReblocked) {
+  testing::IsaGuard isa(wide_block_isa());
   for (int second_ic : {8, 16}) {
     SCOPED_TRACE("re-block 32 -> " + std::to_string(second_ic));
     std::mt19937_64 rng(testing::test_seed());
@@ -586,6 +595,7 @@ TEST(LayoutUseAmxConvs, TakesLayersWhoseSplitIsSharedByEnoughProducts) {
 }
 
 TEST(LayoutPropagate, ConcatOfMixedBlocksUsesTheNarrowest) {
+  testing::IsaGuard isa(wide_block_isa());
   std::mt19937_64 rng(testing::test_seed());
   GraphBuilder B(rng);
   int x = B.input({1, 8, 6, 6});
