@@ -308,8 +308,11 @@ ConvTileFamily conv_nchwc_tile_family() {
     // AMD Zen 5 (family 1Ah): 32 x 14 measured faster on ResNet-50's layers (dnnfusion_conv_bench
     // tuned it on 20 of 23) and in the model (same process, interleaved, 2 threads): resnet50
     // 3.4-1.0% faster at batch 1, 5.5% at batch 8; resnet18 and the mobile networks within noise.
-    // On Xeons 64 x 7 is the faster one (the measurements at its branch below); Zen 4 and other
-    // CPUs keep it until measured.
+    // On Xeons 64 x 7 is the faster one (the measurements at its branch below), and on Zen 4
+    // (family 19h, 256-bit FMA data paths) too: ResNet-50's 23 layers summed, as a fraction of the
+    // same run's conv2d_nchw time (this guest's speed moved by 20% between runs), 0.645-0.663 with
+    // 64 x 7 against 0.665-0.690 with 32 x 14 in alternating dnnfusion_conv_bench runs. Other CPUs
+    // keep 64 x 7 until measured.
     const CpuId& id = cpu_id();
     return id.amd && id.family >= 0x1A ? ConvTileFamily::Oc32x14 : ConvTileFamily::Oc64x7;
   }();
@@ -395,7 +398,9 @@ ConvNchwcKnobs conv_nchwc_default_knobs(const Conv2dShape& s, Isa isa, ConvTileF
     // Measured on ResNet-50 (Zen 4, benchmarks/results/conv_kernels_*.txt): two zmm per position
     // x 7 positions beats one zmm x 14..28 on every 3x3 layer (halves the broadcasts per FMA and
     // keeps the input window small), and 7 divides the 56/28/14/7 widths. Taken while it pads no
-    // more channels than a 16-block would: 24 -> 32 beats three half-width 8-blocks, but 40 runs
+    // more channels than a 16-block would: 24 -> 32 beats three half-width 8-blocks (even on Zen
+    // 4, whose ymm FMAs run at the zmm rate: 1x1 144 -> 24 at 56x56, 2 threads, 174 against 252
+    // us; 240 -> 40 at 28x28 in 16-blocks 101 against 116-128 us in 8-blocks), but 40 runs
     // in three 16-blocks (48) rather than two 32-blocks (64). A 1x1 conv takes it even when it
     // pads more: two FMAs per broadcast outweigh up to a third more lanes (measured on a Xeon,
     // 2 threads: 672 -> 112 at 14x14 143 -> 95 us, 480 -> 112 98 -> 67 us, 40 -> 240 at 28x28
