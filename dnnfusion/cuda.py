@@ -130,7 +130,7 @@ class SparseConvKernel:
         if x.device.type != "cpu":
             raise ValueError(f"dnnfusion.cuda: emulate() runs on the CPU; x is on {x.device}")
         r = residual.contiguous() if residual is not None else None
-        return self._core.emulate(x.contiguous(), self._bias, r, torch.get_num_threads())
+        return torch.from_numpy(self._core.emulate(x.contiguous(), self._bias, r, torch.get_num_threads()))
 
     def __call__(self, x, residual=None):
         self._check(x, residual, "a SparseConvKernel call")

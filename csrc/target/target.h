@@ -4,10 +4,10 @@
 // rewrites, gives the fusion planners its hooks, turns a fusion plan into the Program the executor
 // runs (its code generator and module compiler), allocates its buffers, and owns its kernel table,
 // so that kernels are keyed by (target, op). Targets live in csrc/target/<name>/ and are listed,
-// one line each, in csrc/target/targets.def. Outside csrc/target/ only a target's own user-API
-// binder includes its headers (csrc/python/<name>_api.cc includes target/<name>/api.h; it lives in
-// csrc/python/ because only that folder sees torch headers, and it registers itself, so the
-// module names no target). How to add one: csrc/target/README.md.
+// one line each, in csrc/target/targets.def. Nothing outside csrc/target/ includes a target's own
+// headers: a target's user-facing API is bound by its own csrc/target/<name>/python/bind_api.cc
+// (pybind11, no torch; built into the extension only), which registers itself with the bridge,
+// so the bridge names no target. How to add one: csrc/target/README.md.
 // Precondition of every member: the graph verifies. Postcondition of codegen(): the Program
 // computes every graph output as the unfused graph would.
 #pragma once

@@ -141,14 +141,14 @@ def _quantize_layer(layer, scales, per_channel):
         bias = m.bias.detach() if m.bias is not None else torch.zeros(k)
         bq = dq.quantize_bias(bias, s_in, ws)
         mult, shift = _C.quant.layer_requant(float(s_in), ws.contiguous(), float(s_out), k)
-        wpack = _C.fpga.pack_weights(layer.kind, k, c, wq.contiguous())
-        plan.constants = [("weights", wpack), ("params", _C.fpga.pack_params(bq, mult, shift))]
+        wpack = torch.from_numpy(_C.fpga.pack_weights(layer.kind, k, c, wq.contiguous()))
+        plan.constants = [("weights", wpack), ("params", torch.from_numpy(_C.fpga.pack_params(bq, mult, shift)))]
     elif layer.kind == "add":
         s_b = scales[layer.inputs[1]]
         ma, sa = dq.requant_params(s_in / s_out)
         mb, sb = dq.requant_params(s_b / s_out)
         full = lambda v: torch.full((c,), v, dtype=torch.int32)
-        plan.constants = [("params", _C.fpga.pack_add_params(full(ma), full(sa), full(mb), full(sb)))]
+        plan.constants = [("params", torch.from_numpy(_C.fpga.pack_add_params(full(ma), full(sa), full(mb), full(sb))))]
         desc.update(kernel=1, stride=1, pad=0)
     return plan
 
@@ -223,7 +223,7 @@ def lower_subgraph(sg, scales, per_channel):
         for what, data in p.constants:
             off = p.desc["weight_offset" if what == "weights" else "param_offset"]
             image[off:off + data.numel()] = data
-    program = _C.fpga.encode([p.desc for p in plans], memory_bytes)
+    program = torch.from_numpy(_C.fpga.encode([p.desc for p in plans], memory_bytes))
     words = program.tolist()
     for i, p in enumerate(plans):
         p.words = words[4 + 13 * i: 4 + 13 * (i + 1)]

@@ -111,10 +111,10 @@ class FpgaSubgraph(nn.Module):
         outs = [[] for _ in self.plan.outputs]
         with torch.no_grad():
             for b in range(n):
-                packed = [_C.fpga.quantize_pack(x[b].detach().to("cpu", torch.float32), p.scale)
+                packed = [torch.from_numpy(_C.fpga.quantize_pack(x[b].detach().to("cpu", torch.float32), p.scale))
                           for x, p in zip(xs, self.plan.inputs)]
                 for i, (raw, port) in enumerate(zip(self._run_image(packed, mode), self.plan.outputs)):
-                    outs[i].append(_C.fpga.dequantize_unpack(raw, *port.shape, port.scale))
+                    outs[i].append(torch.from_numpy(_C.fpga.dequantize_unpack(raw, *port.shape, port.scale)))
         device_ = xs[0].device
         return tuple(torch.stack(o).to(device_) for o in outs)
 

@@ -148,7 +148,7 @@ def test_all_supported_gives_one_subgraph_and_disassembles():
     # round trip: re-encoding the decoded layers gives the same stream
     again = _C.fpga.encode([{k: v for k, v in d.items() if k not in ("index", "words", "text", "memory_bytes")}
                             for d in layers], layers[0]["memory_bytes"])
-    assert torch.equal(again, prog)
+    assert torch.equal(torch.from_numpy(again), prog)
 
 
 def test_corrupted_program_is_refused():
@@ -299,3 +299,24 @@ def test_torch_compile_target_fpga_option_errors():
     torch._dynamo.reset()
     with pytest.raises(ValueError, match="calibration data is empty"), torch.no_grad():
         torch.compile(m, backend="dnnfusion", options={"target": "fpga", "calib_data": []})(x)
+
+
+def test_core_api_views_tensors_and_refuses_copies():
+    """_C.fpga sees tensors through numpy views: simulate writes into the caller's tensor, and a
+    memory it could only reach through a copy (strided, another dtype) is refused, not written to a
+    temporary."""
+    m = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()).eval()
+    fm = dnnfusion.fpga.compile(m, torch.randn(2, 3, 8, 8), cpu_backend="eager")
+    mem = fm.subgraphs[0].image.clone()
+    before = mem.clone()
+    _C.fpga.simulate(mem, fm.program)
+    assert not torch.equal(mem, before), "simulate wrote into the tensor it was given"
+    wide = torch.zeros(2 * mem.numel(), dtype=torch.uint8)
+    for bad, what in [(wide[::2], "strided"), (mem.to(torch.int32), "int32")]:
+        with pytest.raises(ValueError, match="device memory must be a contiguous uint8 writable"):
+            _C.fpga.simulate(bad, fm.program)
+    with pytest.raises(ValueError, match="does not fit in 32 bits"):
+        _C.fpga.simulate(mem, [2 ** 33])
+    with pytest.raises(ValueError, match="bias must be a int32"):
+        _C.fpga.pack_params(torch.zeros(8, dtype=torch.int64), torch.zeros(8, dtype=torch.int32),
+                            torch.zeros(8, dtype=torch.int32))

@@ -1,10 +1,11 @@
 """The architecture's boundaries, checked on the source tree (no build needed):
 - a particular target (csrc/target/<name>/) is reached only through csrc/target/target.h: nothing
-  outside csrc/target/ includes a target's own headers, except the tests of that target and the one
-  file that binds the target's user-facing API (csrc/target/<name>/api.h, bound for Python by
-  csrc/python/<name>_api.cc and nothing else: dnnfusion.cuda.sparse_conv2d and the like);
+  outside csrc/target/ includes a target's own headers (its tests live in tests/, not csrc/); a
+  target's user-facing API (dnnfusion.cuda.sparse_conv2d and the like) is bound by the target's own
+  csrc/target/<name>/python/bind_api.cc, which registers itself with the bridge;
 - the pipeline, planners, executor and bridge never name a particular target;
-- only csrc/python/ includes torch or pybind11 headers."""
+- only csrc/python/ includes torch headers; pybind11 only there and in the targets' python/ binders,
+  and nothing of the core includes a binder's header (csrc/python/)."""
 import os
 import re
 
@@ -49,15 +50,15 @@ def test_no_target_internals_outside_csrc_target():
         if rel.startswith(os.path.join("csrc", "target") + os.sep):
             continue
         for inc in INCLUDE.findall(text):
-            m = re.match(r"target/([^/]+)/", inc)
-            if m and not _binds_api(rel, m.group(1), inc):
+            if re.match(r"target/([^/]+)/", inc):
                 leaks.append(f"{rel} includes {inc}")
     assert not leaks, "only csrc/target/target.h is the way in:\n" + "\n".join(leaks)
 
 
-def _binds_api(rel, name, inc):
-    """A target's user-facing API header, included by the one bridge file that binds it."""
-    return inc == f"target/{name}/api.h" and rel == os.path.join("csrc", "python", f"{name}_api.cc")
+def _is_binder(rel):
+    """A target's user-API binder: csrc/target/<name>/python/*.cc (built into the extension only)."""
+    parts = rel.split(os.sep)
+    return len(parts) == 5 and parts[:2] == ["csrc", "target"] and parts[3] == "python" and rel.endswith(".cc")
 
 
 def test_targets_do_not_include_each_other():
@@ -84,8 +85,6 @@ def test_pipeline_planners_executor_bridge_never_name_a_target():
             continue
         code = re.sub(r"//[^\n]*", "", text)  # comments may mention targets as examples
         for n in names:
-            if rel == os.path.join("csrc", "python", f"{n}_api.cc"):
-                continue  # the binding of that target's own user-facing API
             # a lookup or comparison by the target's name, or an include of its folder
             if re.search(rf'(get|require_available)\(\s*"{n}"|==\s*"{n}"|"{n}"\s*==|"target/{n}/', code):
                 offenders.append(f"{rel} names target {n!r}")
@@ -97,7 +96,20 @@ def test_only_the_bridge_sees_torch_headers():
     for rel, text in _sources(CSRC):
         if rel.startswith(os.path.join("csrc", "python") + os.sep):
             continue
+        python_side = ("pybind11", "python") if _is_binder(rel) else ()
         for inc in INCLUDE.findall(text):
-            if inc.split("/")[0] in ("torch", "ATen", "c10", "pybind11"):
+            top = inc.split("/")[0]
+            if top in ("torch", "ATen", "c10", "pybind11", "python") and top not in python_side:
                 leaks.append(f"{rel} includes {inc}")
     assert not leaks, "\n".join(leaks)
+
+
+def test_each_target_binds_its_own_api():
+    """The binders are where the layout says, and each registers the submodule of its own target."""
+    for rel, text in _sources(os.path.join(CSRC, "target")):
+        if "register_target_api(" in text:
+            assert _is_binder(rel), f"{rel} registers a user API outside csrc/target/<name>/python/"
+            own = rel.split(os.sep)[2]
+            assert re.search(rf'register_target_api\(\s*"{own}"', text), f"{rel} registers another target's API"
+    binders = [rel for rel, _ in _sources(os.path.join(CSRC, "target")) if _is_binder(rel)]
+    assert {b.split(os.sep)[2] for b in binders} >= {"cuda", "fpga"}

@@ -1,4 +1,4 @@
-// The cuda target's user-facing API (Python: dnnfusion.cuda, bound by csrc/python/cuda_api.cc):
+// The cuda target's user-facing API (Python: dnnfusion.cuda, bound by cuda/python/bind_api.cc):
 // building one sparse convolution kernel for its weights, running it on the CPU through the PTX
 // interpreter or on a GPU, and what this machine has of the toolchain (NVRTC, ptxas, nvdisasm)
 // and the driver. Everything here works on a machine without a GPU except launch_sparse_conv.

@@ -1,4 +1,4 @@
-// The fpga target's user-facing API (Python: dnnfusion.fpga, bound by csrc/python/fpga_api.cc):
+// The fpga target's user-facing API (Python: dnnfusion.fpga, bound by fpga/python/bind_api.cc):
 // the accelerator's ISA v1 (layer descriptors, encoder, validating decoder, disassembler, cost
 // model), the device-memory packers, the bit-exact datapath model (simulate), the OpenCL platform
 // queries and the host driver that runs instruction streams on an OpenCL device.

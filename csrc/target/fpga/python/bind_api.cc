@@ -1,13 +1,16 @@
 // Binds the fpga target's core (csrc/target/fpga: ISA v1 encoder / validating decoder /
 // disassembler / cost model, the device-memory packers, the bit-exact datapath model, the OpenCL
-// queries and the host driver) as _C.fpga, for dnnfusion/fpga.py.
+// queries and the host driver) as _C.fpga, for dnnfusion/fpga/; built into the extension only.
 //
 // Conventions. A layer crosses as a dict with the keys of fpga::fields() ("type" may be the name
 // "conv3x3" / "conv1x1" / "dw3x3" / "maxpool" / "add" or its Switch_REG number; out_h/out_w are
-// ignored on the way in). An instruction stream is a 1-D torch.uint32 tensor; on the way in a
-// uint32/int32/int64 tensor, a numpy array or a list of ints is accepted (every value must fit in
-// 32 bits). Device memory is a contiguous 1-D torch.uint8 CPU tensor. Errors of the core
-// (InvalidInput) reach Python as _C.InvalidInput, a ValueError; bad argument types are ValueErrors.
+// ignored on the way in). Data crosses as numpy arrays (python/target_apis.h): a CPU tensor is
+// accepted wherever an array is (viewed, not copied), results are numpy arrays that the Python
+// side wraps with torch.from_numpy. An instruction stream comes back as a 1-D uint32 array; on the
+// way in a uint32/int32/int64 tensor or array or a list of ints is accepted (every value must fit
+// in 32 bits). Device memory is a contiguous 1-D uint8 CPU tensor or array, written in place by
+// simulate. Errors of the core (InvalidInput) reach Python as _C.InvalidInput, a ValueError; bad
+// argument types are ValueErrors.
 //
 // Activation quantization at the accelerator boundary (quantize_pack): q = clamp(
 // round_half_away_from_zero(x / scale), -128, 127) computed in double, written straight into the
@@ -15,7 +18,6 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <torch/extension.h>
 
 #include <cmath>
 #include <cstring>
@@ -23,9 +25,9 @@
 #include <vector>
 
 #include "common/error.h"
+#include "python/target_apis.h"
 #include "quant/requant.h"
 #include "target/fpga/api.h"
-#include "target_apis.h"
 
 namespace py = pybind11;
 using namespace dnnfusion;
@@ -92,64 +94,59 @@ py::dict from_layer(const fpga::LayerDesc& l) {
 
 // A stream from a tensor, numpy array or list; every value must fit in 32 bits.
 std::vector<uint32_t> to_words(const py::object& obj) {
-  std::vector<int64_t> v;
-  if (THPVariable_Check(obj.ptr())) {
-    at::Tensor t = obj.cast<at::Tensor>();
-    if (t.dim() != 1) bad("an instruction stream must be 1-D, got " + std::to_string(t.dim()) + "-D");
-    t = t.to(at::kCPU).contiguous();
-    if (t.scalar_type() == at::kUInt32 || t.scalar_type() == at::kInt) {
-      std::vector<uint32_t> w(static_cast<size_t>(t.numel()));
-      if (!w.empty()) std::memcpy(w.data(), t.data_ptr(), w.size() * 4);
-      return w;
-    }
-    if (t.scalar_type() != at::kLong) bad("an instruction stream tensor must be uint32, int32 or int64");
-    v.assign(t.data_ptr<int64_t>(), t.data_ptr<int64_t>() + t.numel());
-  } else {
-    try {
-      v = obj.cast<std::vector<int64_t>>();
-    } catch (const py::cast_error&) {
-      bad("an instruction stream must be a 1-D uint32 tensor, numpy array or list of ints");
-    }
+  const char* allowed = "an instruction stream must be a 1-D uint32, int32 or int64 tensor or array, or a list of ints";
+  const py::array a = py::array::ensure(obj);
+  if (!a) bad(allowed);
+  if (a.ndim() != 1) bad("an instruction stream must be 1-D, got " + std::to_string(a.ndim()) + "-D");
+  if (a.size() == 0) return {};  // [] is a float64 array to numpy
+  if (py::isinstance<py::array_t<uint32_t>>(a) || py::isinstance<py::array_t<int32_t>>(a)) {
+    const auto c = py::array_t<uint32_t, py::array::c_style | py::array::forcecast>::ensure(a);  // same bits
+    return std::vector<uint32_t>(c.data(), c.data() + c.size());
   }
-  std::vector<uint32_t> w(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (v[i] < INT32_MIN || v[i] > int64_t{UINT32_MAX})
-      bad("word " + std::to_string(i) + " = " + std::to_string(v[i]) + " does not fit in 32 bits");
-    w[i] = static_cast<uint32_t>(v[i]);
+  if (!py::isinstance<py::array_t<int64_t>>(a)) bad(allowed);
+  const auto c = py::array_t<int64_t, py::array::c_style>::ensure(a);
+  std::vector<uint32_t> w(static_cast<size_t>(c.size()));
+  for (size_t i = 0; i < w.size(); ++i) {
+    const int64_t v = c.data()[i];
+    if (v < INT32_MIN || v > int64_t{UINT32_MAX})
+      bad("word " + std::to_string(i) + " = " + std::to_string(v) + " does not fit in 32 bits");
+    w[i] = static_cast<uint32_t>(v);
   }
   return w;
 }
 
-at::Tensor words_tensor(const std::vector<uint32_t>& w) {
-  at::Tensor t = at::empty({static_cast<int64_t>(w.size())}, at::kUInt32);
-  if (!w.empty()) std::memcpy(t.data_ptr(), w.data(), w.size() * 4);
-  return t;
+template <typename T>
+py::array_t<T> array_of(const std::vector<T>& v) {
+  py::array_t<T> a(static_cast<py::ssize_t>(v.size()));
+  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * sizeof(T));
+  return a;
+}
+
+// A read-only input of dtype T, made C-contiguous (a copy only where it was strided).
+template <typename T>
+py::array_t<T, py::array::c_style> read_array(const py::handle& obj, const char* what) {
+  const py::array a = py::array::ensure(obj);
+  if (!a || !py::isinstance<py::array_t<T>>(a))
+    bad(std::string(what) + " must be a " + std::string(py::str(py::dtype::of<T>())) + " CPU tensor or array");
+  return py::array_t<T, py::array::c_style>::ensure(a);
 }
 
 template <typename T>
-std::vector<T> vec_of(const at::Tensor& t, at::ScalarType want, const char* what, const char* dtype) {
-  if (!t.defined() || !t.device().is_cpu() || t.scalar_type() != want)
-    bad(std::string(what) + " must be a " + dtype + " CPU tensor");
-  at::Tensor c = t.contiguous();
-  const T* p = static_cast<const T*>(c.data_ptr());
-  return std::vector<T>(p, p + c.numel());
+std::vector<T> vec_of(const py::handle& obj, const char* what) {
+  const auto c = read_array<T>(obj, what);
+  return std::vector<T>(c.data(), c.data() + c.size());
 }
 
-at::Tensor bytes_tensor(const std::vector<uint8_t>& b) {
-  at::Tensor t = at::empty({static_cast<int64_t>(b.size())}, at::kByte);
-  if (!b.empty()) std::memcpy(t.data_ptr(), b.data(), b.size());
-  return t;
+// Device memory or packed bytes: 1-D uint8, viewed in place.
+py::array_t<uint8_t, py::array::c_style> memory_view(const py::handle& obj, const char* what, bool writable = false) {
+  auto m = python::host_view<uint8_t>(obj, std::string("dnnfusion.fpga: ") + what, writable);
+  if (m.ndim() != 1) bad(std::string(what) + " must be 1-D, got " + std::to_string(m.ndim()) + "-D");
+  return m;
 }
 
-uint8_t* memory_ptr(const at::Tensor& m, const char* what) {
-  if (!m.defined() || !m.device().is_cpu() || m.scalar_type() != at::kByte || !m.is_contiguous() || m.dim() != 1)
-    bad(std::string(what) + " must be a contiguous 1-D uint8 CPU tensor");
-  return m.data_ptr<uint8_t>();
-}
-
-std::vector<quant::Requant> requants(const at::Tensor& m, const at::Tensor& s, const char* what) {
-  const auto mv = vec_of<int32_t>(m, at::kInt, what, "int32");
-  const auto sv = vec_of<int32_t>(s, at::kInt, what, "int32");
+std::vector<quant::Requant> requants(const py::handle& m, const py::handle& s, const char* what) {
+  const auto mv = vec_of<int32_t>(m, what);
+  const auto sv = vec_of<int32_t>(s, what);
   if (mv.size() != sv.size())
     bad(std::string(what) + ": " + std::to_string(mv.size()) + " multipliers but " + std::to_string(sv.size()) + " shifts");
   std::vector<quant::Requant> r(mv.size());
@@ -157,19 +154,21 @@ std::vector<quant::Requant> requants(const at::Tensor& m, const at::Tensor& s, c
   return r;
 }
 
-void check_chw(const at::Tensor& x, const char* what) {
-  if (x.dim() != 3) bad(std::string(what) + " must be C x H x W (one image), got " + std::to_string(x.dim()) + "-D");
+template <typename A>
+void check_chw(const A& x, const char* what) {
+  if (x.ndim() != 3) bad(std::string(what) + " must be C x H x W (one image), got " + std::to_string(x.ndim()) + "-D");
 }
 
 // fp32 C x H x W -> int8 in the blocked layout: clamp(round_half_away_from_zero(x / scale), -128, 127).
-at::Tensor quantize_pack(const at::Tensor& x_in, double scale) {
-  check_chw(x_in, "input");
+py::array_t<uint8_t> quantize_pack(const py::object& x_in, double scale) {
+  const auto x = read_array<float>(x_in, "input");
+  check_chw(x, "input");
   if (!(scale > 0) || !std::isfinite(scale)) bad("activation scale must be finite and > 0, got " + std::to_string(scale));
-  at::Tensor x = x_in.to(at::kCPU, at::kFloat).contiguous();
-  const int c = static_cast<int>(x.size(0)), h = static_cast<int>(x.size(1)), w = static_cast<int>(x.size(2));
-  at::Tensor out = at::zeros({static_cast<int64_t>(fpga::activation_bytes(c, h, w))}, at::kByte);
-  const float* p = x.data_ptr<float>();
-  uint8_t* o = out.data_ptr<uint8_t>();
+  const int c = static_cast<int>(x.shape(0)), h = static_cast<int>(x.shape(1)), w = static_cast<int>(x.shape(2));
+  py::array_t<uint8_t> out(static_cast<py::ssize_t>(fpga::activation_bytes(c, h, w)));
+  const float* p = x.data();
+  uint8_t* o = out.mutable_data();
+  std::memset(o, 0, static_cast<size_t>(out.size()));  // padded lanes
   py::gil_scoped_release nogil;
   for (int ch = 0; ch < c; ++ch)
     for (int y = 0; y < h; ++y)
@@ -182,14 +181,15 @@ at::Tensor quantize_pack(const at::Tensor& x_in, double scale) {
   return out;
 }
 
-at::Tensor dequantize_unpack(const at::Tensor& blocked, int64_t c, int64_t h, int64_t w, double scale) {
-  const uint8_t* b = memory_ptr(blocked, "packed activation");
+py::array_t<float> dequantize_unpack(const py::object& blocked, int64_t c, int64_t h, int64_t w, double scale) {
+  const auto bv = memory_view(blocked, "packed activation");
+  const uint8_t* b = bv.data();
   if (c < 1 || h < 1 || w < 1) bad("activation shape must be positive");
-  if (static_cast<uint64_t>(blocked.numel()) < fpga::activation_bytes(c, h, w))
-    bad("packed activation has " + std::to_string(blocked.numel()) + " bytes, a " + std::to_string(c) + "x" +
+  if (static_cast<uint64_t>(bv.size()) < fpga::activation_bytes(c, h, w))
+    bad("packed activation has " + std::to_string(bv.size()) + " bytes, a " + std::to_string(c) + "x" +
         std::to_string(h) + "x" + std::to_string(w) + " tensor needs " + std::to_string(fpga::activation_bytes(c, h, w)));
-  at::Tensor out = at::empty({c, h, w}, at::kFloat);
-  float* o = out.data_ptr<float>();
+  py::array_t<float> out({c, h, w});
+  float* o = out.mutable_data();
   const float s = static_cast<float>(scale);
   py::gil_scoped_release nogil;
   for (int ch = 0; ch < c; ++ch)
@@ -240,21 +240,23 @@ void bind_accelerator(py::module_& m) {
       .def_property_readonly("device_name", &fpga::Accelerator::device_name)
       .def_property_readonly("memory_bytes", &fpga::Accelerator::memory_bytes)
       .def("upload",
-           [](fpga::Accelerator& a, const at::Tensor& image) {
-             const uint8_t* p = memory_ptr(image, "memory image");
+           [](fpga::Accelerator& a, const py::object& image) {
+             const auto m = memory_view(image, "memory image");
+             const uint8_t* p = m.data();
              py::gil_scoped_release nogil;
-             a.upload(p, static_cast<size_t>(image.numel()));
+             a.upload(p, static_cast<size_t>(m.size()));
            })
       .def("write",
-           [](fpga::Accelerator& a, size_t offset, const at::Tensor& src) {
-             const uint8_t* p = memory_ptr(src, "source bytes");
+           [](fpga::Accelerator& a, size_t offset, const py::object& src) {
+             const auto m = memory_view(src, "source bytes");
+             const uint8_t* p = m.data();
              py::gil_scoped_release nogil;
-             a.write(offset, p, static_cast<size_t>(src.numel()));
+             a.write(offset, p, static_cast<size_t>(m.size()));
            })
       .def("read",
            [](const fpga::Accelerator& a, size_t offset, size_t bytes) {
-             at::Tensor t = at::empty({static_cast<int64_t>(bytes)}, at::kByte);
-             uint8_t* p = t.data_ptr<uint8_t>();
+             py::array_t<uint8_t> t(static_cast<py::ssize_t>(bytes));
+             uint8_t* p = t.mutable_data();
              py::gil_scoped_release nogil;
              a.read(offset, p, bytes);
              return t;
@@ -277,7 +279,7 @@ void bind(py::module_& m) {
   m.def("encode", [](const py::list& layers, uint64_t memory_bytes) {
     std::vector<fpga::LayerDesc> ls;
     for (const auto& h : layers) ls.push_back(to_layer(h));
-    return words_tensor(fpga::encode(ls, memory_bytes));
+    return array_of(fpga::encode(ls, memory_bytes));
   }, py::arg("layers"), py::arg("memory_bytes"));
   m.def("decode", [](const py::object& words) {
     const std::vector<uint32_t> w = to_words(words);
@@ -312,36 +314,36 @@ void bind(py::module_& m) {
     return cost_dict(fpga::estimate(l, cm));
   }, py::arg("layer"), py::arg("cost_model") = py::dict());
 
-  m.def("pack_weights", [](const py::object& type, int k, int c, const at::Tensor& w) {
-    return bytes_tensor(fpga::pack_weights(parse_type(type), k, c, vec_of<int8_t>(w, at::kChar, "weights", "int8")));
+  m.def("pack_weights", [](const py::object& type, int k, int c, const py::object& w) {
+    return array_of(fpga::pack_weights(parse_type(type), k, c, vec_of<int8_t>(w, "weights")));
   }, py::arg("type"), py::arg("k"), py::arg("c"), py::arg("weights"));
-  m.def("pack_params", [](const at::Tensor& bias, const at::Tensor& mult, const at::Tensor& shift) {
-    return bytes_tensor(fpga::pack_params(vec_of<int32_t>(bias, at::kInt, "bias", "int32"), requants(mult, shift, "requant")));
+  m.def("pack_params", [](const py::object& bias, const py::object& mult, const py::object& shift) {
+    return array_of(fpga::pack_params(vec_of<int32_t>(bias, "bias"), requants(mult, shift, "requant")));
   }, py::arg("bias"), py::arg("multipliers"), py::arg("shifts"));
-  m.def("pack_add_params", [](const at::Tensor& ma, const at::Tensor& sa, const at::Tensor& mb, const at::Tensor& sb) {
-    return bytes_tensor(fpga::pack_add_params(requants(ma, sa, "requant of input a"), requants(mb, sb, "requant of input b")));
+  m.def("pack_add_params", [](const py::object& ma, const py::object& sa, const py::object& mb, const py::object& sb) {
+    return array_of(fpga::pack_add_params(requants(ma, sa, "requant of input a"), requants(mb, sb, "requant of input b")));
   }, py::arg("multipliers_a"), py::arg("shifts_a"), py::arg("multipliers_b"), py::arg("shifts_b"));
-  m.def("pack_activation", [](const at::Tensor& x) {
+  m.def("pack_activation", [](const py::object& obj) {
+    const auto x = read_array<int8_t>(obj, "activation");
     check_chw(x, "activation");
-    return bytes_tensor(fpga::pack_activation(vec_of<int8_t>(x, at::kChar, "activation", "int8"), int(x.size(0)),
-                                              int(x.size(1)), int(x.size(2))));
+    return array_of(fpga::pack_activation(std::vector<int8_t>(x.data(), x.data() + x.size()), int(x.shape(0)),
+                                          int(x.shape(1)), int(x.shape(2))));
   }, py::arg("chw"));
-  m.def("unpack_activation", [](const at::Tensor& b, int c, int h, int w) {
-    const uint8_t* p = memory_ptr(b, "packed activation");
-    const std::vector<int8_t> v = fpga::unpack_activation(p, static_cast<size_t>(b.numel()), c, h, w);
-    at::Tensor t = at::empty({c, h, w}, at::kChar);
-    std::memcpy(t.data_ptr(), v.data(), v.size());
-    return t;
+  m.def("unpack_activation", [](const py::object& b, int c, int h, int w) {
+    const auto m = memory_view(b, "packed activation");
+    const std::vector<int8_t> v = fpga::unpack_activation(m.data(), static_cast<size_t>(m.size()), c, h, w);
+    return array_of(v).reshape({c, h, w});
   }, py::arg("packed"), py::arg("c"), py::arg("h"), py::arg("w"));
   m.def("quantize_pack", &quantize_pack, py::arg("x"), py::arg("scale"));
   m.def("dequantize_unpack", &dequantize_unpack, py::arg("packed"), py::arg("c"), py::arg("h"), py::arg("w"),
         py::arg("scale"));
 
   // Runs the stream on `memory` in place (validated first; on refusal nothing is written).
-  m.def("simulate", [](at::Tensor memory, const py::object& words) {
-    uint8_t* p = memory_ptr(memory, "device memory");
+  m.def("simulate", [](const py::object& memory, const py::object& words) {
+    auto m = memory_view(memory, "device memory", /*writable=*/true);
+    uint8_t* p = m.mutable_data();
     const std::vector<uint32_t> w = to_words(words);
-    const size_t n = static_cast<size_t>(memory.numel());
+    const size_t n = static_cast<size_t>(m.size());
     py::gil_scoped_release nogil;
     const fpga::Program prog = fpga::decode_program(w.data(), w.size());
     if (prog.memory_bytes > n)

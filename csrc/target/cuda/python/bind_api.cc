@@ -1,27 +1,35 @@
 // Binds the cuda target's user-facing API (csrc/target/cuda/api.h) as _C.cuda, for
-// dnnfusion/cuda.py. Tensors cross as pointers: host tensors for building and emulating, device
-// pointers (data_ptr) and PyTorch's current stream (an integer handle from Python) for launching,
-// so this file needs no CUDA header. Argument checking that names the user's mistake lives in
-// dnnfusion/cuda.py; the checks here guard the pointers.
+// dnnfusion/cuda.py; built into the extension only. Host data (weights for building, tensors for
+// emulating) crosses as numpy views of CPU tensors (python/target_apis.h), results come back as
+// numpy arrays; device pointers (data_ptr) and PyTorch's current stream (an integer handle from
+// Python) cross as integers for launching, so this file needs neither a torch nor a CUDA header.
+// Argument checking that names the user's mistake lives in dnnfusion/cuda.py; the checks here
+// guard the pointers.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
-#include <torch/extension.h>
 
 #include <string>
 
+#include "python/target_apis.h"
 #include "target/cuda/api.h"
-#include "target_apis.h"
 
 namespace py = pybind11;
 using namespace dnnfusion;
 
 namespace {
 
-const float* host_f32(const at::Tensor& t, int64_t numel, const char* what) {
-  if (!t.device().is_cpu() || t.scalar_type() != at::kFloat || !t.is_contiguous() || t.numel() != numel)
-    throw py::value_error(std::string("dnnfusion.cuda: ") + what + " must be a contiguous float32 CPU tensor of " +
-                          std::to_string(numel) + " elements");
-  return t.data_ptr<float>();
+// The array keeps `obj`'s memory alive while its pointer is in use.
+py::array_t<float, py::array::c_style> host_f32(const py::handle& obj, int64_t numel, const char* what) {
+  const std::string name = std::string("dnnfusion.cuda: ") + what;
+  auto a = python::host_view<float>(obj, name);
+  if (a.size() != numel)
+    throw py::value_error(name + " must have " + std::to_string(numel) + " elements, got " + std::to_string(a.size()));
+  return a;
+}
+
+const float* data_or_null(const py::object& a) {
+  return a.is_none() ? nullptr : a.cast<py::array_t<float, py::array::c_style>>().data();
 }
 
 cuda::Activation parse_activation(const std::string& s) {
@@ -55,17 +63,20 @@ py::dict stats_dict(const cuda::SparseConvKernel& k) {
   return d;
 }
 
-at::Tensor emulate(const cuda::SparseConvKernel& k, const at::Tensor& x, const py::object& bias,
-                   const py::object& residual, int threads) {
+py::array_t<float> emulate(const cuda::SparseConvKernel& k, const py::object& x, const py::object& bias,
+                           const py::object& residual, int threads) {
   const cuda::ConvShape& s = k.shape;
   const int64_t y_numel = s.n * s.k * s.out_h() * s.out_w();
-  const float* xp = host_f32(x, s.n * s.c * s.h * s.w, "input");
-  const float* bp = bias.is_none() ? nullptr : host_f32(bias.cast<at::Tensor>(), s.k, "bias");
-  const float* rp = residual.is_none() ? nullptr : host_f32(residual.cast<at::Tensor>(), y_numel, "residual");
-  at::Tensor y = at::empty({s.n, s.k, s.out_h(), s.out_w()}, at::kFloat);
+  const auto xa = host_f32(x, s.n * s.c * s.h * s.w, "input");
+  const py::object ba = bias.is_none() ? py::none() : py::object(host_f32(bias, s.k, "bias"));
+  const py::object ra = residual.is_none() ? py::none() : py::object(host_f32(residual, y_numel, "residual"));
+  py::array_t<float> y({s.n, s.k, s.out_h(), s.out_w()});
+  const float* xp = xa.data();
+  const float *bp = data_or_null(ba), *rp = data_or_null(ra);
+  float* yp = y.mutable_data();
   {
     py::gil_scoped_release nogil;
-    cuda::emulate_sparse_conv(k, xp, bp, rp, y.data_ptr<float>(), threads);
+    cuda::emulate_sparse_conv(k, xp, bp, rp, yp, threads);
   }
   return y;
 }
@@ -88,10 +99,11 @@ void bind(py::module_& m) {
         py::gil_scoped_release nogil;
         cuda::launch_sparse_conv(k, x, bias, residual, y, reinterpret_cast<void*>(stream), device);
       });
-  m.def("build_sparse_conv", [](const at::Tensor& weight, const py::dict& shape, bool bias, bool residual,
+  m.def("build_sparse_conv", [](const py::object& weight, const py::dict& shape, bool bias, bool residual,
                                 const std::string& activation, const std::string& arch, const std::string& cache_dir) {
     const cuda::ConvShape s = to_shape(shape);
-    const float* w = host_f32(weight, s.k * s.c * s.r * s.s, "weight");
+    const auto wa = host_f32(weight, s.k * s.c * s.r * s.s, "weight");
+    const float* w = wa.data();
     cuda::Epilogue e{bias, residual, parse_activation(activation)};
     cuda::SparseConvOptions o{arch, cache_dir};
     py::gil_scoped_release nogil;
