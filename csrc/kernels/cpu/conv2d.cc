@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 
 namespace dnnfusion::kernels {
 namespace {
@@ -178,9 +179,8 @@ void depthwise(const Conv2dShape& s, const float* x, const float* w, const float
   const int64_t work = OH * OW * s.R * s.S;
   par.parallel_for(planes, std::max<int64_t>(1, 32768 / std::max<int64_t>(1, work)),
                    [&](int64_t p0, int64_t p1) {
-    thread_local std::vector<float> padded;
-    if (padded.size() < static_cast<size_t>(Hp * Wp)) padded.resize(static_cast<size_t>(Hp * Wp));
-    float* xpad = padded.data();
+    thread_local AlignedBuffer<float> padded;
+    float* xpad = padded.get(static_cast<size_t>(Hp * Wp));
     int64_t loaded = -1;  // input plane currently in xpad (consecutive k share it when mult > 1)
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t n = p / s.K, k = p % s.K, c = k / mult;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/conv_bf16x6.h"
 #include "kernels/cpu/conv_nchwc_rows.h"
 #include "kernels/cpu/conv_winograd.h"
@@ -962,14 +963,14 @@ void run_direct(const Conv2dShape& s, const ConvNchwcKnobs& k, const float* x, c
   if (const int64_t floats = rows2 && padded_conv ? padded_copy_floats(s, k) : prepad_floats(s, k); floats > 0) {
     // Cheaper to pad the whole input once than to stage every edge tile's window for each of
     // the Kb output blocks (ResNet-50's 3x3 layers at 28x28, 14x14 and 7x7: 1-3% faster).
-    thread_local std::vector<float> padded;
-    if (padded.size() < static_cast<size_t>(floats)) padded.resize(static_cast<size_t>(floats));
+    thread_local AlignedBuffer<float> padded;  // 64-byte aligned, like every NCHW[x]c tensor the tiles read
+    float* const xpad = padded.get(static_cast<size_t>(floats));
     Conv2dShape ps = s;
     ps.H = s.H + 2 * s.pad_h;
     ps.W = s.W + 2 * s.pad_w;
     ps.pad_h = ps.pad_w = 0;
-    pad_nchwc(x, s, k.ic_bn, padded.data(), par);
-    run_direct(ps, k, padded.data(), packed_w, w_img, bias, residual, act, y, par, epilogue, isa);
+    pad_nchwc(x, s, k.ic_bn, xpad, par);
+    run_direct(ps, k, xpad, packed_w, w_img, bias, residual, act, y, par, epilogue, isa);
     return;
   }
   const bool dw = is_depthwise(s), flat = is_flat(s);
@@ -1064,9 +1065,10 @@ void conv2d_nchwc_scaled_input(const Conv2dShape& s, const ConvNchwcKnobs& k, co
   // the whole batch: one conv call per image left a 14x14 projection conv's few work items per
   // image unevenly split over the threads (mobilenet_v3_large at batch 8: 1.30 -> 1.16 ms). The
   // copies together are about the size of x at most: the fold is planned where K*R*S <= H*W.
-  thread_local std::vector<float> scaled;
-  if (scaled.size() < static_cast<size_t>(wn * scale_batch)) scaled.resize(static_cast<size_t>(wn * scale_batch));
-  float* dst = scaled.data();
+  // 64-byte aligned, as packed weights are: the tiles load them as whole vectors (from a
+  // std::vector, 16 bytes off, every load split across two cache lines).
+  thread_local AlignedBuffer<float> scaled;
+  float* dst = scaled.get(static_cast<size_t>(wn * scale_batch));
   par.parallel_for(rows * scale_batch, std::max<int64_t>(1, 4096 / (icb * ocb)), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t img = r / rows, wr = r % rows, cb = (wr / (s.R * s.S)) % Cb;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/conv_nchwc_rows.h"
 #include "kernels/cpu/elementwise.h"  // exp_f32
 
@@ -96,15 +97,29 @@ void conv_nchwc_expand_dw_check(const Conv2dShape& e, const ConvNchwcKnobs& ke, 
 namespace {
 
 // What both entry points derive from the two convs: H x W is the first conv's output, the plane
-// a window holds rows of.
+// a window holds rows of. With pad_rows, window rows carry the depthwise conv's width padding as
+// zero positions on each side, so its rows run as interior tiles only; unpadded, each edge
+// position of a row is a tile of its own (two per side for 5x5). Kernels alone, 2 threads, Zen 4:
+// expand + dw 5x5 at 28x28 (40 -> 240) 192 -> 181 us, at 14x14 (112 -> 672) 228 -> 213 us; for
+// 3x3 it was level (56x56 to 7x7) or 2% slower (stride 2 at 112x112), so only pads of 2 or more
+// use it (padded_rows()).
 struct Geometry {
-  int64_t N, H, W, b, Mb, OH, OW, sh, taps_h, row_floats, x_img;
+  int64_t N, H, W, b, Mb, OH, OW, sh, taps_h, pad, row_floats, x_img;
   bool flat;  // a 1x1 stride-1 unpadded first conv computes a run of rows as one run of positions
-  Geometry(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d, const ConvNchwcKnobs& kd)
+  Geometry(const Conv2dShape& e, const ConvNchwcKnobs& ke, const Conv2dShape& d, const ConvNchwcKnobs& kd,
+           bool pad_rows)
       : N(e.N), H(e.OH()), W(e.OW()), b(kd.oc_bn), Mb(ceil_div(e.K, kd.oc_bn)), OH(d.OH()), OW(d.OW()),
-        sh(d.stride_h), taps_h((d.R - 1) * d.dil_h + 1), row_floats(e.OW() * kd.oc_bn),
-        x_img(nchwc_floats(1, e.C, e.H, e.W, ke.ic_bn)),
+        sh(d.stride_h), taps_h((d.R - 1) * d.dil_h + 1), pad(pad_rows ? d.pad_w : 0),
+        row_floats((e.OW() + 2 * pad) * kd.oc_bn), x_img(nchwc_floats(1, e.C, e.H, e.W, ke.ic_bn)),
         flat(e.R == 1 && e.S == 1 && e.stride_h == 1 && e.stride_w == 1 && e.pad_h == 0 && e.pad_w == 0) {}
+  static bool padded_rows(const Conv2dShape& d) { return d.pad_w >= 2; }
+  // The depthwise conv as it reads the window: over rows widened by the padding, without it.
+  Conv2dShape dw_over_window(const Conv2dShape& d) const {
+    Conv2dShape w = d;
+    w.W = d.W + 2 * pad;
+    w.pad_w = d.pad_w - pad;
+    return w;
+  }
   // Output rows per chunk whose window of expanded rows fits `bytes` (at least one row).
   int64_t chunk_rows(int64_t bytes) const {
     return std::max<int64_t>(1, (std::max<int64_t>(taps_h, bytes / (row_floats * 4)) - taps_h) / sh + 1);
@@ -147,13 +162,21 @@ void fill_window(const Geometry& g, const nchwc_detail::ConvRows& expand_rows, E
   w.lo = need_lo;
   if (need_hi > from) {
     float* dst = w.rows + (from - w.lo) * g.row_floats;
-    if (g.flat) {
+    if (g.flat && g.pad == 0) {
       expand_rows.run(kb, 0, from * g.W, need_hi * g.W, xn, 0, dst, nullptr, nullptr, stage);
     } else {
-      for (int64_t r = from; r < need_hi; ++r)
-        expand_rows.run(kb, r, 0, g.W, xn, 0, dst + (r - from) * g.row_floats, nullptr, nullptr, stage);
+      const int64_t edge = g.pad * g.b;
+      for (int64_t r = from; r < need_hi; ++r) {
+        float* row = dst + (r - from) * g.row_floats;
+        std::fill(row, row + edge, 0.f);
+        std::fill(row + g.row_floats - edge, row + g.row_floats, 0.f);
+        if (g.flat)  // row r of the plane: positions [r * W, (r + 1) * W) of the one flat run
+          expand_rows.run(kb, 0, r * g.W, (r + 1) * g.W, xn, 0, row + edge, nullptr, nullptr, stage);
+        else
+          expand_rows.run(kb, r, 0, g.W, xn, 0, row + edge, nullptr, nullptr, stage);
+      }
     }
-    activate(dst, (need_hi - from) * g.row_floats, act, isa);
+    activate(dst, (need_hi - from) * g.row_floats, act, isa);  // act(0) = 0 for each: the padding stays 0
   }
   w.hi = std::max(need_hi, from);
 }
@@ -176,8 +199,8 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
              "conv2d_nchwc_expand_dw: x, the weights and y must not be null");
   DNNF_CHECK(y_mean == nullptr || kd.oc_bn <= 64, "conv2d_nchwc_expand_dw: the channel mean needs oc_bn <= 64");
   const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
-  const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(out_act));
-  const Geometry g(e, ke, d, kd);
+  const Geometry g(e, ke, d, kd, Geometry::padded_rows(d));
+  const nchwc_detail::ConvRows dw_rows(g.dw_over_window(d), kd, isa, w_dw, b_dw, tile_activation(out_act));
   const int64_t N = g.N, b = g.b, Mb = g.Mb, OH = g.OH, OW = g.OW;
   const int64_t y_img = nchwc_floats(1, e.K, OH, OW, b), y_bytes = N * y_img * static_cast<int64_t>(sizeof(float));
   const int64_t chunk = g.chunk_rows(kWindowBytes), win_rows = g.window_rows(chunk);
@@ -199,14 +222,13 @@ void conv2d_nchwc_expand_dw(const Conv2dShape& e, const ConvNchwcKnobs& ke, cons
   // The pool gives each thread a contiguous share of the items and lets a thread that finished
   // take the rest of a slower one's from the back.
   par.parallel_for(N * Mb * nb, 1, [&](int64_t ib, int64_t ie) {
-    thread_local std::vector<float> window;
-    if (window.size() < static_cast<size_t>(win_rows * g.row_floats))
-      window.resize(static_cast<size_t>(win_rows * g.row_floats));
+    thread_local AlignedBuffer<float> window;  // 64-byte aligned: every row is read and written in whole vectors
+    float* const window_rows = window.get(static_cast<size_t>(win_rows * g.row_floats));
     std::vector<float> stage;
     for (int64_t it = ib; it < ie; ++it) {
       const int64_t kb = it % Mb, band = (it / Mb) % nb, n = it / (nb * Mb);
       const int64_t o_begin = band * OH / nb, o_end = (band + 1) * OH / nb;
-      RowWindow w{window.data()};
+      RowWindow w{window_rows};
       for (int64_t o0 = o_begin; o0 < o_end; o0 += chunk) {
         const int64_t o1 = std::min(o_end, o0 + chunk);
         const auto [need_lo, need_hi] = rows_needed(g, d, o0, o1);
@@ -265,7 +287,8 @@ void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& 
     DNNF_THROW("conv2d_nchwc_expand_dw_project: this CPU cannot run ", isa_name(isa), " kernels");
   DNNF_CHECK(x != nullptr && w_expand != nullptr && w_dw != nullptr && w_project != nullptr && y != nullptr,
              "conv2d_nchwc_expand_dw_project: x, the weights and y must not be null");
-  const Geometry g(e, ke, d, kd);
+  // add_expand reads the skip connection as runs of whole unpadded rows of the window.
+  const Geometry g(e, ke, d, kd, !add_expand && Geometry::padded_rows(d));
   const int64_t N = g.N, b = g.b, Mb = g.Mb, OH = g.OH, OW = g.OW, bo = kp.oc_bn, Kb = ceil_div(p.K, bo);
   // Per thread: a window per channel block and the chunk's depthwise rows of every block, within
   // kBlockBytes (the rows the projection reads stay in L2; its weights stream past them).
@@ -273,7 +296,7 @@ void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& 
   while (chunk < OH && Mb * (g.window_rows(chunk + 1) * g.row_floats + (chunk + 1) * OW * b) * 4 <= kBlockBytes) ++chunk;
   const int64_t win_rows = g.window_rows(chunk), mid_block = chunk * OW * b;
   const nchwc_detail::ConvRows expand_rows(e, ke, isa, w_expand, b_expand, tile_activation(act));
-  const nchwc_detail::ConvRows dw_rows(d, kd, isa, w_dw, b_dw, tile_activation(dw_act));
+  const nchwc_detail::ConvRows dw_rows(g.dw_over_window(d), kd, isa, w_dw, b_dw, tile_activation(dw_act));
   // The projection over one chunk: an image of `chunk` rows whose channel blocks are mid_block apart.
   Conv2dShape pc = p;
   pc.N = 1, pc.H = chunk;
@@ -283,17 +306,16 @@ void conv2d_nchwc_expand_dw_project(const Conv2dShape& e, const ConvNchwcKnobs& 
   const int64_t nb = choose_bands(g, 1, T);
 
   par.parallel_for(N * nb, 1, [&](int64_t ib, int64_t ie) {
-    thread_local std::vector<float> scratch;
-    const size_t need = static_cast<size_t>(Mb * (win_rows * g.row_floats + mid_block));
-    if (scratch.size() < need) scratch.resize(need);
-    float* mid = scratch.data() + Mb * win_rows * g.row_floats;
+    thread_local AlignedBuffer<float> scratch;  // 64-byte aligned, as the windows and rows it holds must be
+    float* const base = scratch.get(static_cast<size_t>(Mb * (win_rows * g.row_floats + mid_block)));
+    float* mid = base + Mb * win_rows * g.row_floats;
     std::vector<float> stage;
     std::vector<RowWindow> wins(static_cast<size_t>(Mb), RowWindow{nullptr});
     for (int64_t it = ib; it < ie; ++it) {
       const int64_t band = it % nb, n = it / nb;
       const int64_t o_begin = band * OH / nb, o_end = (band + 1) * OH / nb;
       const float* xn = x + n * g.x_img;
-      for (int64_t kb = 0; kb < Mb; ++kb) wins[kb] = RowWindow{scratch.data() + kb * win_rows * g.row_floats};
+      for (int64_t kb = 0; kb < Mb; ++kb) wins[kb] = RowWindow{base + kb * win_rows * g.row_floats};
       for (int64_t o0 = o_begin; o0 < o_end; o0 += chunk) {
         const int64_t o1 = std::min(o_end, o0 + chunk);
         const auto [need_lo, need_hi] = rows_needed(g, d, o0, o1);

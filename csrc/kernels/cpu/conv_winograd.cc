@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/conv_nchwc_ukernel.h"
 #include "kernels/cpu/conv_winograd_transforms.h"
 #include "kernels/cpu/prefetch_share.h"
@@ -55,10 +56,8 @@ void check_tile(int m) {
              "(F(4x4, 3x3)), got ", m);
 }
 
-float* grow(std::vector<float>& v, int64_t n) {
-  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
-  return v.data();
-}
+// 64-byte aligned: the transformed tiles and products are read and written in whole vectors.
+float* grow(AlignedBuffer<float>& v, int64_t n) { return v.get(static_cast<size_t>(n)); }
 
 // The (m+2)^2 GEMMs, [tiles x C] x [C x K] per transformed tap, in register tiles of up to rn_max
 // tiles x oc_bn channels (balanced sizes).
@@ -252,7 +251,7 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
     tc = std::max<int64_t>(tc, 1);
     const int64_t chunks = ceil_div(T, tc);
     par.parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-      thread_local std::vector<float> scratch;
+      thread_local AlignedBuffer<float> scratch;
       float* v = grow(scratch, kTaps * tc * (cfl + g.ocb));
       float* m = v + kTaps * tc * cfl;
       const int64_t v_xi = g.Cb * tc * g.icb, m_xi = tc * g.ocb;
@@ -271,7 +270,7 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
   // conv_winograd_phase_budget of scratch: a large batch re-streams the weights per group instead of holding
   // hundreds of MB); V [taps][Cb][tg][icb] and M [taps][Kb][tg][ocb] in the caller's scratch.
   const int64_t tg = std::max<int64_t>(1, std::min(T, g_phase_floats.load() / (kTaps * (cfl + kfl))));
-  thread_local std::vector<float> scratch;
+  thread_local AlignedBuffer<float> scratch;
   float* v = grow(scratch, kTaps * tg * (cfl + kfl));
   float* m = v + kTaps * tg * cfl;
   const int64_t v_xi = g.Cb * tg * g.icb, v_cb = tg * g.icb, m_xi = g.Kb * tg * g.ocb, m_kb = tg * g.ocb;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 
 namespace dnnfusion::kernels {
 namespace {
@@ -62,12 +63,8 @@ void layer_norm(const float* x, const float* weight, const float* bias, float ep
   split(rows, cols, par, [&](int64_t b, int64_t e) {
     // The generated row is read three times (mean, deviations, normalise), so it is materialised
     // once per row in a per-thread buffer that only grows.
-    thread_local std::vector<float> xbuf;
-    float* xb = nullptr;
-    if (prologue) {
-      if (xbuf.size() < static_cast<size_t>(cols)) xbuf.resize(static_cast<size_t>(cols));
-      xb = xbuf.data();
-    }
+    thread_local AlignedBuffer<float> xbuf;
+    float* xb = prologue ? xbuf.get(static_cast<size_t>(cols)) : nullptr;
     for (int64_t r = b; r < e; ++r) {
       const float* xr = xb;
       if (prologue) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/elementwise.h"
 
 namespace dnnfusion::kernels {
@@ -24,9 +25,8 @@ constexpr int64_t kTile = 256;
 // Where a prologue materialises the input it generates: per thread and only growing, so a
 // softmax per layer does not hit the allocator.
 float* input_buffer(int64_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < static_cast<size_t>(n)) buf.resize(static_cast<size_t>(n));
-  return buf.data();
+  thread_local AlignedBuffer<float> buf;
+  return buf.get(static_cast<size_t>(n));
 }
 
 // NaN-propagating max (a NaN in the row must make the whole row NaN, as in torch)
