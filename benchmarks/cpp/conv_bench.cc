@@ -25,11 +25,16 @@
 // project convs, batch 1 and 8, default knobs, in GFLOP/s and % of the peak, plus GB/s of the
 // tensors read and written once (depthwise convs are bound by those bytes, not by FMAs).
 //
+// `dnnfusion_conv_bench THREADS expand_dw` times the fused front half of the mobile networks'
+// inverted-residual blocks (kernels/cpu/conv_nchwc_expand_dw: 1x1 expand + relu6 + depthwise +
+// relu6), batch 1, 32- or 16-lane blocks, against the same two convs unfused (conv2d_nchwc, relu6
+// in the tile, conv2d_nchwc), with the fused output's max difference from the unfused one.
+//
 // `dnnfusion_conv_bench THREADS amx` times ResNet-50's direct convs (1x1, strided 1x1 and 3x3) on the
 // direct kernel and on the AMX bf16x6 GEMM (where the CPU has AMX), with each one's error and
 // whether the pass takes AMX.
 //
-//   dnnfusion_conv_bench [THREADS=2] [gemm | winograd | mobile | amx]
+//   dnnfusion_conv_bench [THREADS=2] [gemm | winograd | mobile | expand_dw | amx]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,6 +52,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv_nchwc.h"
+#include "kernels/cpu/conv_nchwc_expand_dw.h"
 #include "kernels/cpu/conv_winograd.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemm.h"
@@ -541,6 +547,79 @@ void mobile_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19
     }
 }
 
+// The expand (1x1 C -> M) and depthwise (R x R, stride) halves of the mobile networks' inverted
+// residual blocks at batch 1: mobilenet_v2 (3x3) and efficientnet_b0 / mobilenet_v3 (5x5).
+struct ExpandDwLayer {
+  const char* name;
+  int64_t C, HW, M, R, stride;
+};
+const ExpandDwLayer kExpandDwLayers[] = {
+    {"16->96 @112, dw 3x3/2", 16, 112, 96, 3, 2},  {"24->144 @56, dw 3x3", 24, 56, 144, 3, 1},
+    {"24->144 @56, dw 3x3/2", 24, 56, 144, 3, 2},  {"32->192 @28, dw 3x3", 32, 28, 192, 3, 1},
+    {"64->384 @14, dw 3x3", 64, 14, 384, 3, 1},    {"160->960 @7, dw 3x3", 160, 7, 960, 3, 1},
+    {"40->240 @28, dw 5x5", 40, 28, 240, 5, 1},    {"112->672 @14, dw 5x5", 112, 14, 672, 5, 1},
+    {"192->1152 @7, dw 5x5", 192, 7, 1152, 5, 1},
+};
+
+// 64-byte aligned floats (NCHW[x]c tensors and packed weights are, in the runtime).
+struct AlignedFloats {
+  std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
+  explicit AlignedFloats(int64_t n)
+      : p(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64))), &std::free) {
+    std::fill(p.get(), p.get() + n, 0.f);
+  }
+  float* get() const { return p.get(); }
+};
+
+void expand_dw_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19937_64& rng) {
+  namespace K = dnnfusion::kernels;
+  const Isa isa = K::active_isa();
+  std::printf("# fused expand + relu6 + depthwise + relu6 (conv2d_nchwc_expand_dw) vs the two convs unfused, batch 1\n");
+  std::printf("%-24s %4s %7s | %9s %8s %5s | %9s %8s | %6s %8s\n", "layer", "b", "MFLOP", "fused us", "GFLOP/s",
+              "%pk", "unfused", "GFLOP/s", "ratio", "maxdiff");
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  for (const auto& L : kExpandDwLayers)
+    for (int b : {32, 16}) {
+      if (isa != Isa::Avx512 && b != 16) continue;
+      const Conv2dShape e{1, L.C, L.HW, L.HW, L.M, 1, 1, 1, 1, 0, 0, 1, 1, 1};
+      const Conv2dShape dw{1, L.M, L.HW, L.HW, L.M, L.R, L.R, L.stride, L.stride, L.R / 2, L.R / 2, 1, 1, L.M};
+      ConvNchwcKnobs kd = K::conv_nchwc_default_knobs(dw, isa), ke = K::conv_nchwc_default_knobs(e, isa);
+      kd.oc_bn = kd.ic_bn = ke.oc_bn = b;
+      kd.reg_n = std::min(kd.reg_n, K::conv_nchwc_max_reg_n(isa, b));
+      ke.reg_n = std::min(ke.reg_n, K::conv_nchwc_max_reg_n(isa, b));
+      AlignedFloats x(K::nchwc_floats(1, L.C, L.HW, L.HW, ke.ic_bn)), mid(K::nchwc_floats(1, L.M, L.HW, L.HW, b)),
+          y(K::nchwc_floats(1, L.M, dw.OH(), dw.OW(), b)), y_ref(K::nchwc_floats(1, L.M, dw.OH(), dw.OW(), b)),
+          pe(K::conv_nchwc_packed_weight_floats(e, ke)), pd(K::conv_nchwc_packed_weight_floats(dw, kd));
+      std::vector<float> we(static_cast<size_t>(L.M * L.C)), wd(static_cast<size_t>(L.M * L.R * L.R)),
+          be(static_cast<size_t>(L.M)), bd(static_cast<size_t>(L.M));
+      for (auto* v : {&we, &wd, &be, &bd})
+        for (auto& f : *v) f = d(rng);
+      // Real channels only: the padded lanes of the last input block stay 0.
+      std::vector<float> x_nchw(static_cast<size_t>(L.C * L.HW * L.HW));
+      for (auto& f : x_nchw) f = d(rng);
+      K::nchw_to_nchwc(x_nchw.data(), 1, L.C, L.HW, L.HW, ke.ic_bn, x.get(), pool);
+      K::conv_nchwc_pack_weight(e, ke, we.data(), pe.get());
+      K::conv_nchwc_pack_weight(dw, kd, wd.data(), pd.get());
+      const double t_fused = time_median([&] {
+        K::conv2d_nchwc_expand_dw(e, ke, dw, kd, x.get(), pe.get(), be.data(), K::ExpandAct::Relu6, pd.get(),
+                                  bd.data(), K::ExpandAct::Relu6, y.get(), nullptr, pool);
+      });
+      const double t_unfused = time_median([&] {
+        K::conv2d_nchwc(e, ke, x.get(), pe.get(), be.data(), nullptr, Activation::Relu6, mid.get(), pool);
+        K::conv2d_nchwc(dw, kd, mid.get(), pd.get(), bd.data(), nullptr, Activation::Relu6, y_ref.get(), pool);
+      });
+      double diff = 0;
+      const int64_t yn = K::nchwc_floats(1, L.M, dw.OH(), dw.OW(), b);
+      for (int64_t i = 0; i < yn; ++i)
+        diff = std::max(diff, static_cast<double>(std::fabs(y.get()[i] - y_ref.get()[i])));
+      const double flops = 2.0 * L.HW * L.HW * L.C * L.M + 2.0 * dw.OH() * dw.OW() * L.M * L.R * L.R;
+      std::printf("%-24s %4d %7.1f | %9.1f %8.1f %5.1f | %9.1f %8.1f | %5.2fx %8.1e\n", L.name, b, flops * 1e-6,
+                  t_fused * 1e6, flops / t_fused * 1e-9, peak > 0 ? 100 * flops / t_fused * 1e-9 / peak : 0.0,
+                  t_unfused * 1e6, flops / t_unfused * 1e-9, t_unfused / t_fused, diff);
+      std::fflush(stdout);
+    }
+}
+
 // ResNet-50's direct (not Winograd) convs, direct kernel against the AMX bf16x6 GEMM
 // (conv_bf16x6.h: 1x1 stride-1 rows in place, the others as implicit GEMMs over gathered taps),
 // same blocks, batch 1 and 8; "taken" says whether layout/use_amx_convs would switch the layer.
@@ -614,6 +693,11 @@ int main(int argc, char** argv) {
   if (argc > 2 && std::string(argv[2]) == "mobile") {
     std::mt19937_64 mrng(12345);
     mobile_section(pool, peak, mrng);
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[2]) == "expand_dw") {
+    std::mt19937_64 erng(12345);
+    expand_dw_section(pool, peak, erng);
     return 0;
   }
   if (argc > 2 && std::string(argv[2]) == "winograd") {
