@@ -49,6 +49,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/conv2d.h"
 #include "kernels/cpu/conv_nchwc.h"
@@ -561,14 +562,12 @@ const ExpandDwLayer kExpandDwLayers[] = {
     {"192->1152 @7, dw 5x5", 192, 7, 1152, 5, 1},
 };
 
-// 64-byte aligned floats (NCHW[x]c tensors and packed weights are, in the runtime).
+// Zeroed 64-byte aligned floats (NCHW[x]c tensors and packed weights are, in the runtime).
 struct AlignedFloats {
-  std::unique_ptr<float, decltype(&std::free)> p{nullptr, &std::free};
-  explicit AlignedFloats(int64_t n)
-      : p(static_cast<float*>(std::aligned_alloc(64, static_cast<size_t>((n * 4 + 63) / 64 * 64))), &std::free) {
-    std::fill(p.get(), p.get() + n, 0.f);
-  }
-  float* get() const { return p.get(); }
+  dnnfusion::kernels::AlignedBuffer<float> buf;
+  float* p;
+  explicit AlignedFloats(int64_t n) : p(buf.get(static_cast<size_t>(n))) { std::fill(p, p + n, 0.f); }
+  float* get() const { return p; }
 };
 
 void expand_dw_section(dnnfusion::runtime::ThreadPool& pool, double peak, std::mt19937_64& rng) {

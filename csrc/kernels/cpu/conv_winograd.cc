@@ -56,9 +56,6 @@ void check_tile(int m) {
              "(F(4x4, 3x3)), got ", m);
 }
 
-// 64-byte aligned: the transformed tiles and products are read and written in whole vectors.
-float* grow(AlignedBuffer<float>& v, int64_t n) { return v.get(static_cast<size_t>(n)); }
-
 // The (m+2)^2 GEMMs, [tiles x C] x [C x K] per transformed tap, in register tiles of up to rn_max
 // tiles x oc_bn channels (balanced sizes).
 class Gemms {
@@ -251,8 +248,8 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
     tc = std::max<int64_t>(tc, 1);
     const int64_t chunks = ceil_div(T, tc);
     par.parallel_for(chunks, 1, [&](int64_t c0, int64_t c1) {
-      thread_local AlignedBuffer<float> scratch;
-      float* v = grow(scratch, kTaps * tc * (cfl + g.ocb));
+      thread_local AlignedBuffer<float> scratch;  // aligned: tiles and products move as whole vectors
+      float* v = scratch.get(static_cast<size_t>(kTaps * tc * (cfl + g.ocb)));
       float* m = v + kTaps * tc * cfl;
       const int64_t v_xi = g.Cb * tc * g.icb, m_xi = tc * g.ocb;
       for (int64_t c = c0; c < c1; ++c) {
@@ -271,7 +268,7 @@ void conv2d_winograd_nchwc(const Conv2dShape& s, const ConvNchwcKnobs& k, const 
   // hundreds of MB); V [taps][Cb][tg][icb] and M [taps][Kb][tg][ocb] in the caller's scratch.
   const int64_t tg = std::max<int64_t>(1, std::min(T, g_phase_floats.load() / (kTaps * (cfl + kfl))));
   thread_local AlignedBuffer<float> scratch;
-  float* v = grow(scratch, kTaps * tg * (cfl + kfl));
+  float* v = scratch.get(static_cast<size_t>(kTaps * tg * (cfl + kfl)));
   float* m = v + kTaps * tg * cfl;
   const int64_t v_xi = g.Cb * tg * g.icb, v_cb = tg * g.icb, m_xi = g.Kb * tg * g.ocb, m_kb = tg * g.ocb;
   for (int64_t tb = 0; tb < T; tb += tg) {
