@@ -78,33 +78,53 @@ def _cpu_signature():
     return "\n".join(keep)
 
 
-def peak_probe(threads):
-    """Measured fp32 FMA peak and triad bandwidth with `threads` threads, or {"error": reason}."""
+def _probe_exe():
+    """benchmarks/peak_probe.cc built for this CPU (cached by content hash): (path, None) or (None, reason)."""
     src = os.path.join(HERE, "peak_probe.cc")
     cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
     if not cxx:
-        return {"error": "no C++ compiler (c++/g++ or $CXX) to build benchmarks/peak_probe.cc"}
+        return None, "no C++ compiler (c++/g++ or $CXX) to build benchmarks/peak_probe.cc"
     cmd = [cxx, "-O3", "-march=native", "-std=c++17", "-pthread"]
     with open(src, "rb") as f:
         key = hashlib.sha256(f.read() + " ".join(cmd).encode() + _cpu_signature().encode()).hexdigest()[:16]
     cache = os.path.join(os.environ.get("DNNFUSION_CACHE_DIR") or os.path.expanduser("~/.cache/dnnfusion"), "bench")
     exe = os.path.join(cache, f"peak_probe_{key}")
+    if not os.path.exists(exe):
+        os.makedirs(cache, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            built = os.path.join(tmp, "peak_probe")
+            r = subprocess.run(cmd + [src, "-o", built], capture_output=True, text=True)
+            if r.returncode != 0:
+                return None, f"compiling peak_probe.cc failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}"
+            shutil.copy2(built, exe + ".tmp")
+            os.replace(exe + ".tmp", exe)  # atomic: a concurrent run sees the old or the new file
+    return exe, None
+
+
+def _run_probe(probe_args):
     try:
-        if not os.path.exists(exe):
-            os.makedirs(cache, exist_ok=True)
-            with tempfile.TemporaryDirectory() as tmp:
-                built = os.path.join(tmp, "peak_probe")
-                r = subprocess.run(cmd + [src, "-o", built], capture_output=True, text=True)
-                if r.returncode != 0:
-                    return {"error": f"compiling peak_probe.cc failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}"}
-                shutil.copy2(built, exe + ".tmp")
-                os.replace(exe + ".tmp", exe)  # atomic: a concurrent run sees the old or the new file
-        r = subprocess.run([exe, str(threads)], capture_output=True, text=True, timeout=300)
+        exe, err = _probe_exe()
+        if err:
+            return {"error": err}
+        r = subprocess.run([exe, *probe_args], capture_output=True, text=True, timeout=300)
         if r.returncode != 0:
             return {"error": f"peak_probe exited {r.returncode}: {r.stderr.strip()}"}
         return json.loads(r.stdout)
     except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as e:
         return {"error": f"peak_probe: {type(e).__name__}: {e}"}
+
+
+def peak_probe(threads):
+    """Measured fp32 FMA peak and triad bandwidth with `threads` threads, and the core-to-core round
+    trip, or {"error": reason}."""
+    return _run_probe([str(threads)])
+
+
+def core_to_core_ns():
+    """The cache-line round trip between the first two CPUs right now (ns), or None: whether the host
+    has the vCPUs on cores that share a last-level cache (see benchmarks/peak_probe.cc)."""
+    v = _run_probe(["--latency"]).get("core_to_core_ns")
+    return v if v is not None and v >= 0 else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -380,6 +400,7 @@ def measure(name, batch, systems, args):
         # cores, mobilenet_v3_large measured ORT 9.8 ms (IQR 8.1-13.1) and dnnfusion 16.9 ms; with
         # 10 ms, 4.1 (4.1-4.3) and 10.5 ms.
         rng = random.Random(0)
+        c2c_before = core_to_core_ns()
         for _ in range(args.runs):
             order = list(runners)
             rng.shuffle(order)
@@ -389,6 +410,9 @@ def measure(name, batch, systems, args):
                 t = time.perf_counter()
                 if _call(k, runners, cell):
                     times[k].append(time.perf_counter() - t)
+        # The host's vCPU placement during the rounds (one value: it did not change as far as the two
+        # probes see): every system is slower with the vCPUs on cores that share no cache.
+        cell["core_to_core_ns"] = [v for v in (c2c_before, core_to_core_ns()) if v is not None]
         if _graphs_compiled() != graphs_before:
             cell["warning"] = "Dynamo recompiled during the timed runs: some times include compilation"
             tqdm.write(f"  {name} b{batch}: WARNING {cell['warning']}")
@@ -490,6 +514,13 @@ def markdown(result, system_names):
         lines.append(f"Measured roofline ({peak['threads']} threads, benchmarks/peak_probe.cc): fp32 FMA peak "
                      f"{peak['fma_peak_gflops']:.1f} GFLOP/s ({peak['isa']}), STREAM triad {peak['triad_gbs']:.1f} GB/s.")
     peers = [s for s in system_names if s not in DNNF]
+    c2c = [v for c in cells for v in c.get("core_to_core_ns", [])]
+    if c2c:
+        lines.append(f"Core-to-core round trip during the timed rounds (benchmarks/peak_probe.cc --latency): "
+                     f"{min(c2c):.0f}-{max(c2c):.0f} ns" + (
+                         "; the host moved the vCPUs between cores that share a cache and cores that do not "
+                         "during the run, and every system runs slower in the second placement: compare the "
+                         "cells' core_to_core_ns in the JSON" if max(c2c) > 2 * min(c2c) else "") + ".")
     picked = sorted({c["systems"].get("openvino-default", {}).get("precision") for c in cells} - {None})
     if picked:
         lines.append(f"openvino-default ran at precision {', '.join(picked)} (not fp32 peers unless f32).")

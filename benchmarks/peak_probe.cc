@@ -1,16 +1,27 @@
 // Measures this machine's roofline: fp32 FMA peak (GFLOP/s) and STREAM-triad memory bandwidth (GB/s)
-// with N threads. Built at run time by benchmarks/compare.py with `c++ -O3 -march=native`, so the
+// with N threads, and the round trip of a cache line between the first two CPUs the process may use
+// (core_to_core_ns). Built at run time by benchmarks/compare.py with `c++ -O3 -march=native`, so the
 // vector width below is the machine's own. Prints one JSON object on stdout.
 //
 //   peak_probe THREADS [ARRAY_MIB]
+//   peak_probe --latency          (core_to_core_ns only, in about 0.2 s)
+//
+// Why the round trip: on a virtual machine the host may place the two vCPUs on cores that share a
+// last-level cache (~50 ns on an AMD EPYC Zen 4 guest) or on cores that do not (~330 ns there), and
+// move them between the two while a benchmark runs. Multi-threaded inference is 1.1-1.8x slower per
+// kernel in the second placement, for every engine; the figure says which one a table was taken in.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
+
+#include <pthread.h>
+#include <sched.h>
 #include <vector>
 
 #if defined(__AVX512F__) || defined(__FMA__)
@@ -164,12 +175,64 @@ double triad_gbs(int threads, long n, int reps) {
   return best;
 }
 
+// Pins the calling thread to `cpu`; false when the process may not run there.
+bool pin_to(int cpu) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  return pthread_setaffinity_np(pthread_self(), sizeof(set), &set) == 0;
+}
+
+// Median round trip (ns) of a counter bounced between two threads pinned to the first two allowed
+// CPUs, over `windows` windows of ~20 ms; -1 with fewer than two CPUs.
+double core_to_core_ns(int windows) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return -1;
+  int cpus[2], found = 0;
+  for (int c = 0; c < CPU_SETSIZE && found < 2; ++c)
+    if (CPU_ISSET(c, &allowed)) cpus[found++] = c;
+  if (found < 2) return -1;
+  alignas(64) static std::atomic<long> ball{0};
+  std::atomic<bool> stop{false};
+  std::thread echo([&] {
+    pin_to(cpus[1]);
+    while (!stop.load(std::memory_order_relaxed)) {
+      long v = ball.load(std::memory_order_acquire);
+      if (v & 1) ball.store(v + 1, std::memory_order_release);
+    }
+  });
+  pin_to(cpus[0]);
+  std::vector<double> ns;
+  for (int w = 0; w < windows; ++w) {
+    const auto t0 = Clock::now();
+    long trips = 0;
+    while (Clock::now() - t0 < std::chrono::milliseconds(20)) {
+      for (int i = 0; i < 200; ++i, ++trips) {
+        const long v = ball.load(std::memory_order_relaxed) + 1;
+        ball.store(v, std::memory_order_release);
+        while (ball.load(std::memory_order_acquire) == v) {
+        }
+      }
+    }
+    ns.push_back(std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / double(trips));
+  }
+  stop.store(true);
+  echo.join();
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3) {
-    std::fprintf(stderr, "usage: peak_probe THREADS [ARRAY_MIB]\n");
+    std::fprintf(stderr, "usage: peak_probe THREADS [ARRAY_MIB] | peak_probe --latency\n");
     return 2;
+  }
+  if (std::strcmp(argv[1], "--latency") == 0) {
+    std::printf("{\"core_to_core_ns\": %.0f}\n", core_to_core_ns(9));
+    return 0;
   }
   int threads = std::atoi(argv[1]);
   if (threads < 1 || threads > 1024) {
@@ -189,9 +252,11 @@ int main(int argc, char** argv) {
   }
   double flops = fma_gflops(threads, 200000000L / kAcc, 7);
   double bw = triad_gbs(threads, array_bytes / long(sizeof(double)), 10);
+  double c2c = core_to_core_ns(9);
   std::printf(
       "{\"threads\": %d, \"isa\": \"%s\", \"vector_lanes\": %d, \"accumulators\": %d, "
-      "\"fma_peak_gflops\": %.1f, \"triad_gbs\": %.2f, \"triad_array_mib\": %ld, \"l3_mib\": %ld}\n",
-      threads, kIsa, kLanes, kAcc, flops, bw, array_bytes >> 20, l3 >> 20);
+      "\"fma_peak_gflops\": %.1f, \"triad_gbs\": %.2f, \"triad_array_mib\": %ld, \"l3_mib\": %ld, "
+      "\"core_to_core_ns\": %.0f}\n",
+      threads, kIsa, kLanes, kAcc, flops, bw, array_bytes >> 20, l3 >> 20, c2c);
   return 0;
 }
