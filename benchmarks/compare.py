@@ -410,8 +410,8 @@ def measure(name, batch, systems, args):
                 t = time.perf_counter()
                 if _call(k, runners, cell):
                     times[k].append(time.perf_counter() - t)
-        # The host's vCPU placement during the rounds (one value: it did not change as far as the two
-        # probes see): every system is slower with the vCPUs on cores that share no cache.
+        # The host's vCPU placement before and after the rounds (two values that differ: it moved
+        # during them): every system is slower with the vCPUs on cores that share no cache.
         cell["core_to_core_ns"] = [v for v in (c2c_before, core_to_core_ns()) if v is not None]
         if _graphs_compiled() != graphs_before:
             cell["warning"] = "Dynamo recompiled during the timed runs: some times include compilation"
